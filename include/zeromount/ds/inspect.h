@@ -1,0 +1,19 @@
+#pragma once
+// `zeromount inspect`: the index of a tag as a summary for people and as stable JSON for scripts
+// (schema in docs/inspect-json.md).
+#include <string>
+
+#include "zeromount/ds/param_index.h"
+
+namespace zm::ds {
+
+std::string human_bytes(uint64_t n);      // "1.2 GiB"
+std::string with_commas(uint64_t n);      // "1,234,567"
+std::string shape_text(const std::vector<int64_t>& shape);  // "[37, 12]"
+// Reads a 0-d step tensor's value from its shard (or returns the stored int/float).
+double step_number(const TagIndex& index, const StepValue& step);
+
+std::string inspect_text(const TagIndex& index);
+std::string inspect_json(const TagIndex& index);
+
+}  // namespace zm::ds

@@ -1,0 +1,89 @@
+#pragma once
+// The index of one ZeRO checkpoint tag: for every parameter and every optimizer state, the byte
+// ranges of shard files that, concatenated in rank order, make the full unpadded flat tensor.
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zeromount/pt/value.h"
+
+namespace zm::ds {
+
+// A shard file and its identity when indexed; Extent::source indexes TagIndex::shards.
+struct Shard {
+  std::string path;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint64_t inode = 0;
+  uint64_t pickle_hash = 0;
+};
+
+// One contiguous piece of a flat state in one shard.
+struct Fragment {
+  uint32_t rank = 0;
+  uint64_t start = 0;   // first element, in the parameter's flat order
+  uint64_t numel = 0;
+  pt::Extent extent;    // its bytes
+};
+
+// A step as the source optimizer stored it: a 0-d tensor (torch Adam), an int or a float.
+struct StepValue {
+  enum Kind { None, Tensor, Int, Float } kind = None;
+  pt::DType dtype = pt::DType::F32;
+  pt::Extent extent;    // Tensor
+  int64_t i = 0;
+  double f = 0;
+};
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t numel = 0;
+  int group = 0;        // optimizer param group
+  int sub_group = -1;   // stage-3 sub-group; -1 for stage 1/2
+  int step = -1;        // index into TagIndex::steps
+  // fragments[k] = the pieces of state TagIndex::state_names[k], in rank order.
+  std::vector<std::vector<Fragment>> fragments;
+};
+
+// A tensor stored whole (or as rank partitions) in model-state files: buffers, frozen params.
+struct PlainTensor {
+  std::string name;
+  pt::DType dtype = pt::DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<pt::Extent> data;  // concatenated, then cut to numel
+};
+
+struct TagIndex {
+  std::string tag;              // folder name, e.g. global_step3
+  std::string dir;              // absolute path of the tag folder
+  int stage = 0;
+  int dp = 0;                   // data-parallel (ZeRO partition) size W
+  int mp = 1;
+  bool bf16_optimizer = false;  // BF16_Optimizer files (no zero_stage key)
+  pt::DType master_dtype = pt::DType::F32;
+  std::string optim_prefix;     // "", "bf16_" or "fp16_"
+  std::string ds_version;
+  std::vector<std::string> state_names;  // "fp32" first, then the optimizer's own keys
+  std::vector<Param> params;
+  std::vector<StepValue> steps;          // per group (stage 1/2) or per sub-group (stage 3)
+  int num_groups = 0;
+  std::vector<int> sub_group_of_group;   // stage 3: first sub-group id per group (size num_groups + 1)
+  std::vector<PlainTensor> frozen;       // frozen params as zero_to_fp32 emits them
+  std::vector<PlainTensor> buffers;
+  std::vector<std::pair<std::string, std::string>> shared;  // alias -> canonical
+  std::vector<Shard> shards;
+  std::vector<std::string> model_files;  // stage 1/2: mp_rank_00; stage 3: one per dp rank
+  // Small optimizer-level values copied from rank 0, for zero/optimizer_state.pt.
+  pt::Arena arena;
+  const pt::Node* optim_meta = nullptr;     // dict: loss_scaler, dynamic_loss_scale, overflow, clip_grad, zero_stage, ...
+  const pt::Node* param_groups = nullptr;   // list of the source's param groups (with 'params')
+
+  uint64_t state_bytes() const;             // sum over params and states
+  const Param* find(const std::string& name) const;
+};
+
+}  // namespace zm::ds

@@ -1,0 +1,33 @@
+#pragma once
+// Opens the shards of one tag, records each one's identity and turns tensor slices into extents,
+// checking every slice against the tensor it is cut from.
+#include <memory>
+#include <string>
+
+#include "zeromount/ds/field.h"
+#include "zeromount/ds/param_index.h"
+#include "zeromount/pt/pt_file.h"
+
+namespace zm::ds {
+
+struct OpenShard {
+  std::unique_ptr<pt::PtFile> pt;
+  uint32_t source = 0;
+  Field root() const { return Field(pt->root, name); }
+  std::string name;  // file name for messages
+};
+
+class ShardSet {
+ public:
+  explicit ShardSet(TagIndex& index) : index_(index) {}
+  OpenShard open(const std::string& path);
+
+  // Elements [first, first + count) of a 1-D view of `t`, as bytes of `source`.
+  // `what` names the parameter in the error when the slice runs past the tensor.
+  static pt::Extent slice(const Field& tensor, uint32_t source, uint64_t first, uint64_t count, const std::string& what);
+
+ private:
+  TagIndex& index_;
+};
+
+}  // namespace zm::ds

@@ -1,0 +1,23 @@
+#pragma once
+// Lays out a .pt file exactly as torch.save does (stored zip, 64-byte aligned records, data
+// descriptors, zip64 end records) from a value tree whose tensors carry source extents.
+// Every header byte and the total size depend only on names and sizes, never on tensor bytes.
+#include <string>
+
+#include "zeromount/pt/value.h"
+#include "zeromount/pt/virtual_file.h"
+
+namespace zm::pt {
+
+struct PtOptions {
+  std::string prefix = "archive";  // torch.save(obj, "x/fp32.pt") uses the stem: "fp32"
+  bool byteorder = true;           // torch >= 2.1 writes a 'byteorder' record; 1.13 does not
+  bool legacy_key_order = false;   // 1.13 writes data records in sorted(str) key order: 0, 1, 10, 2
+  // Real CRC-32s for generic zip tools. torch.load never checks them; computing them reads
+  // every tensor byte through `crc_source` now instead of lazily.
+  const ByteSource* crc_source = nullptr;
+};
+
+VirtualFile build_pt(const Node* root, const PtOptions& opts = {});
+
+}  // namespace zm::pt

@@ -1,0 +1,101 @@
+#pragma once
+// The immutable value tree a pickle decodes to. Nodes live in an Arena and point at each other
+// with raw pointers: teardown is flat (no recursion, so hostile nesting cannot overflow the stack)
+// and cycles built through the memo are harmless.
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "zeromount/pt/dtype.h"
+
+namespace zm::pt {
+
+// A run of bytes of one source file. The lazy writer serves tensor bytes from lists of these.
+struct Extent {
+  uint32_t source = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+struct Node;
+
+// A tensor as _rebuild_tensor_v2 describes it. Offsets and strides are in elements.
+struct Tensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape, stride;
+  int64_t storage_offset = 0;
+  bool requires_grad = false;
+  std::string storage_key;       // names the record data/<key>
+  uint64_t storage_numel = 0;    // from the persistent id; record size = numel * element_size
+  uint64_t record_offset = 0;    // reader: file offset of the record's first byte
+  std::vector<Extent> data;      // writer: where the bytes come from, in order
+  const Node* attrs = nullptr;   // state of _rebuild_from_type_v2 (stage 3 ds_id), if any
+
+  uint64_t numel() const;
+  bool contiguous() const;
+  uint64_t nbytes() const { return numel() * element_size(dtype); }
+  // Byte offset of element 0 in the source file (reader side).
+  uint64_t byte_offset() const { return record_offset + uint64_t(storage_offset) * element_size(dtype); }
+};
+
+enum class Kind : uint8_t {
+  None, Bool, Int, BigInt, Float, Str, Bytes, List, Tuple, Dict, Set,
+  Global,   // module + name, the class or function a GLOBAL names
+  Object,   // REDUCE / NEWOBJ result of an unknown callable, plus BUILD state and items
+  Storage,  // a persistent id naming a torch storage
+  Tensor,
+};
+
+enum class Build : uint8_t { Reduce, NewObj };
+
+struct Node {
+  Kind kind = Kind::None;
+  bool b = false;        // Bool value; Dict: is an OrderedDict
+  Build how = Build::Reduce;
+  int64_t i = 0;         // Int
+  double f = 0;          // Float
+  std::string s;         // Str, Bytes, BigInt (little-endian two's complement), Global module, Storage key
+  std::string s2;        // Global name
+  std::vector<const Node*> items;                              // List, Tuple, Set, Object list items
+  std::vector<std::pair<const Node*, const Node*>> entries;    // Dict, Object dict items
+  const Node* callee = nullptr;  // Object
+  const Node* args = nullptr;    // Object
+  const Node* state = nullptr;   // Object BUILD state; also BUILD on a Dict (state_dict _metadata)
+  Tensor* tensor = nullptr;      // Tensor; Storage (dtype, key, numel only)
+
+  bool is(Kind k) const { return kind == k; }
+  bool is_global(std::string_view module, std::string_view name) const {
+    return kind == Kind::Global && s == module && s2 == name;
+  }
+  // Dict lookup by string key; nullptr when absent or not a dict.
+  const Node* get(std::string_view key) const;
+  // Dict lookup by int key (torch optimizer state is keyed by int).
+  const Node* get(int64_t key) const;
+  std::string_view kind_name() const;
+};
+
+// Owns every node and tensor of one decoded pickle (or of one built tree).
+class Arena {
+ public:
+  Node* make(Kind k);
+  Node* make_str(std::string s);
+  Node* make_int(int64_t v);
+  Node* make_tensor_node(Tensor t);
+  Node* make_global(std::string module, std::string name);
+  Tensor* make_tensor(Tensor t);
+  size_t size() const { return nodes_.size(); }
+  // Copy a subtree from another arena (e.g. a loss scaler object to re-emit). Depth-limited.
+  const Node* copy(const Node* n, int depth = 0);
+
+ private:
+  std::deque<Node> nodes_;
+  std::deque<Tensor> tensors_;
+};
+
+// Short human rendering for error messages and `zeromount dump`: depth- and size-limited.
+std::string repr(const Node* n, int max_depth = 2);
+
+}  // namespace zm::pt

@@ -1,0 +1,27 @@
+#pragma once
+// The files of a made-up universal checkpoint folder (spec §5.4 and §6.6), as lazily served
+// .pt files: headers from the index, tensor bytes as ranges of the shards.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zeromount/ds/param_index.h"
+#include "zeromount/pt/virtual_file.h"
+
+namespace zm::view {
+
+// A tag's index plus the view-wide source id of each of its shards.
+struct TagSource {
+  const ds::TagIndex* index = nullptr;
+  std::vector<uint32_t> source_of_shard;
+  pt::Extent map(const pt::Extent& e) const { return {source_of_shard.at(e.source), e.offset, e.length}; }
+};
+
+// zero/<param>/<state>.pt: {'cat_dim': 0, 'param': tensor} (or a bare tensor when `bare`).
+pt::VirtualFile param_state_file(const TagSource& t, const ds::Param& p, size_t state, bool bare);
+// zero/<param>/step.pt: the step as the source optimizer stored it.
+pt::VirtualFile step_file(const TagSource& t, const ds::StepValue& step);
+// zero/optimizer_state.pt: what every target stage's universal loader reads, without flat tensors.
+pt::VirtualFile optimizer_state_file(const TagSource& t);
+
+}  // namespace zm::view

@@ -1,0 +1,22 @@
+#pragma once
+// The subcommands, free of CLI11 (which costs ~14 s per file to compile: main.cpp only).
+#include <string>
+#include <vector>
+
+namespace zm::cli {
+
+int inspect(const std::string& ckpt, const std::string& tag, bool json);
+int dump(const std::string& file, bool json);
+
+struct MountOptions {
+  std::string source, mountpoint;
+  std::vector<std::string> fuse_opts;   // -o a,b,c split
+  bool foreground = false;
+  bool debug = false;
+  std::string log_level = "info";
+  unsigned threads = 0;                 // 0: libfuse's default
+  bool bare_zero3_tensors = false;      // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
+};
+int mount(const MountOptions& opts);
+
+}  // namespace zm::cli

@@ -1,0 +1,70 @@
+// zeromount: mount a DeepSpeed ZeRO checkpoint as a read-only view with universal checkpoints
+// built lazily, or inspect one. Only argument parsing lives here.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <sstream>
+
+#include "commands.h"
+#include "zeromount/pt/error.h"
+
+namespace {
+
+std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
+  std::vector<std::string> out;
+  for (const auto& r : raw) {
+    std::stringstream ss(r);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"zeromount: a read-only FUSE view of DeepSpeed ZeRO checkpoints, with universal "
+               "checkpoints built lazily from the shards"};
+  app.set_version_flag("--version", "zeromount 0.1.0");
+  zm::cli::MountOptions m;
+  std::vector<std::string> raw_opts;
+  app.add_option("source", m.source, "checkpoint folder (holds 'latest' and tag folders, or is a tag)");
+  app.add_option("mountpoint", m.mountpoint, "where to mount the view");
+  app.add_option("-o", raw_opts, "mount options (comma separated): allow_other, default_permissions, ...")->allow_extra_args(false);
+  app.add_flag("-f,--foreground", m.foreground, "stay in the foreground");
+  app.add_flag("-d,--debug", m.debug, "libfuse debug output (implies -f)");
+  app.add_option("--log-level", m.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--threads", m.threads, "FUSE worker threads (default: libfuse's)");
+  app.add_flag("--bare-zero3-tensors", m.bare_zero3_tensors,
+               "write universal param files of ZeRO-3 sources as bare tensors (DeepSpeed < 0.19.3 targets)");
+
+  std::string ckpt, tag, file;
+  bool json = false;
+  auto* inspect = app.add_subcommand("inspect", "summarise a checkpoint's index (no FUSE needed)");
+  inspect->add_option("checkpoint", ckpt, "checkpoint folder or tag folder")->required();
+  inspect->add_option("--tag", tag, "tag to index (default: the one in 'latest')");
+  inspect->add_flag("--json", json, "stable JSON for scripts (docs/inspect-json.md)");
+  auto* dump = app.add_subcommand("dump", "print the structure of one .pt file");
+  dump->add_option("file", file, ".pt file")->required();
+  dump->add_flag("--json", json, "JSON manifest with tensor metadata and CRCs");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*inspect) return zm::cli::inspect(ckpt, tag, json);
+    if (*dump) return zm::cli::dump(file, json);
+    if (m.source.empty() || m.mountpoint.empty()) {
+      std::cerr << app.help();
+      return 2;
+    }
+    m.fuse_opts = split_opts(raw_opts);
+    return zm::cli::mount(m);
+  } catch (const zm::Error& e) {
+    std::cerr << "zeromount: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "zeromount: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,135 @@
+#include "zeromount/ds/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "zeromount/ds/layout.h"
+#include "zeromount/ds/shard_set.h"
+#include "zeromount/pt/error.h"
+
+namespace zm::ds {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool holds_optim_states(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    auto n = parse_shard_name(e.path().filename().string());
+    if (n && n->kind == FileKind::OptimStates) return true;
+  }
+  return false;
+}
+
+std::string read_small(const fs::path& p) {
+  std::ifstream in(p);
+  std::string s((std::istreambuf_iterator<char>(in)), {});
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s.substr(0, 4096);
+}
+
+}  // namespace
+
+CheckpointDir scan_checkpoint(const std::string& path) {
+  CheckpointDir c;
+  std::error_code ec;
+  c.root = fs::canonical(path, ec).string();
+  if (ec) throw Error(path + ": " + ec.message(), ENOENT);
+  if (!fs::is_directory(c.root)) throw Error(path + ": not a directory", ENOTDIR);
+  if (fs::is_regular_file(fs::path(c.root) / "latest")) c.latest = read_small(fs::path(c.root) / "latest");
+  c.root_is_tag = holds_optim_states(c.root);
+  for (const auto& e : fs::directory_iterator(c.root, ec))
+    if (e.is_directory() && holds_optim_states(e.path())) c.tags.push_back(e.path().filename().string());
+  std::sort(c.tags.begin(), c.tags.end());
+  return c;
+}
+
+std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir) {
+  auto index = std::make_unique<TagIndex>();
+  index->dir = fs::canonical(tag_dir).string();
+  index->tag = fs::path(index->dir).filename().string();
+  std::map<int, std::string> optim, zero_model;
+  std::string model;
+  for (const auto& e : fs::directory_iterator(index->dir)) {
+    const std::string fname = e.path().filename().string();
+    auto n = parse_shard_name(fname);
+    if (!n || !e.is_regular_file()) continue;
+    const std::string where_ = index->dir + "/" + fname;
+    switch (n->kind) {
+      case FileKind::LayerStates:
+        throw Error(where(where_, "pipeline-parallel checkpoints (layer files) are not supported yet"), ENOTSUP);
+      case FileKind::ExpertStates:
+      case FileKind::ExpertOptim:
+        throw Error(where(where_, "mixture-of-experts checkpoints are not supported yet"), ENOTSUP);
+      default: break;
+    }
+    if (n->mp != 0)
+      throw Error(where(where_, "tensor/pipeline model-parallel checkpoints (mp_rank " + std::to_string(n->mp) +
+                                    ") are not supported yet"), ENOTSUP);
+    if (n->kind == FileKind::OptimStates) {
+      if (!optim.empty() && n->prefix != index->optim_prefix)
+        throw FormatError(where(where_, "optimizer files with different prefixes ('" + index->optim_prefix + "' and '" + n->prefix + "')"));
+      index->optim_prefix = n->prefix;
+      if (!optim.emplace(n->dp, e.path().string()).second)
+        throw FormatError(where(where_, "two optimizer files for dp rank " + std::to_string(n->dp)));
+    } else if (n->kind == FileKind::ZeroModelStates) {
+      zero_model.emplace(n->dp, e.path().string());
+    } else if (n->kind == FileKind::ModelStates) {
+      model = e.path().string();
+    }
+  }
+  if (optim.empty())
+    throw Error(where(index->dir, "no *_optim_states.pt files: not a ZeRO checkpoint"), ENOENT);
+  TagFiles files;
+  const int world = optim.rbegin()->first + 1;
+  for (int r = 0; r < world; ++r) {
+    auto it = optim.find(r);
+    if (it == optim.end())
+      throw FormatError(where(index->dir + "/" + index->optim_prefix + "zero_pp_rank_" + std::to_string(r) +
+                                  "_mp_rank_00_optim_states.pt",
+                              "missing: dp ranks 0.." + std::to_string(world - 1) + " need one optimizer file each"));
+    files.optim.push_back(it->second);
+  }
+  index->dp = world;
+
+  ShardSet shards(*index);
+  OpenShard rank0 = shards.open(files.optim[0]);
+  const Field osd = rank0.root()["optimizer_state_dict"];
+  auto stage = osd.find("zero_stage");
+  index->bf16_optimizer = !stage;
+  index->stage = stage ? int(stage->as_int()) : 1;
+  if (index->stage == 3) {
+    for (int r = 0; r < world; ++r) {
+      auto it = zero_model.find(r);
+      if (it == zero_model.end())
+        throw FormatError(where(index->dir + "/" + zero_model_states_name(r, 0), "missing: ZeRO-3 needs a model-state file per dp rank"));
+      files.model.push_back(it->second);
+    }
+    index_zero3(*index, shards, files, rank0);
+  } else if (index->stage == 1 || index->stage == 2) {
+    if (model.empty()) throw FormatError(where(index->dir + "/" + model_states_name(0), "missing: ZeRO-1/2 needs it"));
+    files.model.push_back(model);
+    index_zero12(*index, shards, files, rank0);
+  } else {
+    throw Error(where(files.optim[0], "unsupported zero_stage " + std::to_string(index->stage)), ENOTSUP);
+  }
+  index->model_files = files.model;
+  return index;
+}
+
+uint64_t TagIndex::state_bytes() const {
+  uint64_t n = 0;
+  for (const auto& p : params) n += p.numel * pt::element_size(master_dtype) * state_names.size();
+  return n;
+}
+
+const Param* TagIndex::find(const std::string& name) const {
+  for (const auto& p : params)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+}  // namespace zm::ds

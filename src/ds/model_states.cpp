@@ -1,0 +1,77 @@
+#include "model_states.h"
+
+#include "zeromount/pt/error.h"
+
+namespace zm::ds {
+
+uint64_t numel_of(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, uint64_t(d), &n)) throw FormatError("shape numel overflows");
+  return n;
+}
+
+std::vector<ShapeList> read_param_shapes(const Field& root) {
+  const Field shapes = root["param_shapes"];
+  std::vector<ShapeList> out;
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    ShapeList list;
+    for (const auto& [name, shape] : shapes[g].items()) list.emplace_back(name, shape.as_shape());
+    out.push_back(std::move(list));
+  }
+  return out;
+}
+
+void read_model_common(TagIndex& index, const OpenShard& model) {
+  const Field root = model.root();
+  if (auto v = root.find("ds_version"); v && v->is(pt::Kind::Str)) index.ds_version = v->as_str();
+  const int64_t dp = root["dp_world_size"].as_int();
+  if (dp != index.dp)
+    root["dp_world_size"].fail("says " + std::to_string(dp) + " ranks, but the tag has " + std::to_string(index.dp) +
+                               " optimizer files");
+  if (auto mp = root.find("mp_world_size"); mp && mp->as_int() != 1)
+    mp->fail("model-parallel checkpoints are not supported yet");
+  if (auto shared = root.find("shared_params"); shared && !shared->is_none())
+    for (const auto& [alias, canon] : shared->items()) index.shared.emplace_back(alias, canon.as_str());
+  auto names = root.find("buffer_names");
+  auto module = root.find("module");
+  if (names && !names->is_none() && module && !module->is_none()) {
+    for (size_t k = 0; k < names->size(); ++k) {
+      const std::string name = (*names)[k].as_str();
+      const Field t = (*module)[name];
+      const pt::Tensor& tensor = t.as_tensor();
+      PlainTensor b{name, tensor.dtype, tensor.shape, {}};
+      b.data.push_back(ShardSet::slice(t, model.source, 0, tensor.numel(), "buffer " + name));
+      index.buffers.push_back(std::move(b));
+    }
+  }
+}
+
+StepValue read_step(const Field& step, uint32_t source) {
+  StepValue s;
+  if (step.is(pt::Kind::Tensor)) {
+    const pt::Tensor& t = step.as_tensor();
+    if (t.numel() != 1) step.fail("step tensor has " + std::to_string(t.numel()) + " elements");
+    s.kind = StepValue::Tensor;
+    s.dtype = t.dtype;
+    s.extent = ShardSet::slice(step, source, 0, 1, "step");
+  } else if (step.is(pt::Kind::Int)) {
+    s.kind = StepValue::Int;
+    s.i = step.node()->i;
+  } else if (step.is(pt::Kind::Float)) {
+    s.kind = StepValue::Float;
+    s.f = step.node()->f;
+  } else {
+    step.fail("unsupported step value " + pt::repr(step.node()));
+  }
+  return s;
+}
+
+std::vector<std::string> state_keys(const Field& state) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : state.items())
+    if (k != "step") keys.push_back(k);
+  return keys;
+}
+
+}  // namespace zm::ds

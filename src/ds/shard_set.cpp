@@ -1,0 +1,34 @@
+#include "zeromount/ds/shard_set.h"
+
+#include "zeromount/pt/error.h"
+
+namespace zm::ds {
+
+OpenShard ShardSet::open(const std::string& path) {
+  OpenShard s;
+  s.pt = pt::load_pt(path);
+  const struct stat& st = s.pt->file.stat();
+  Shard shard;
+  shard.path = path;
+  shard.size = uint64_t(st.st_size);
+  shard.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  shard.inode = uint64_t(st.st_ino);
+  shard.pickle_hash = s.pt->pickle_hash;
+  s.source = uint32_t(index_.shards.size());
+  index_.shards.push_back(std::move(shard));
+  s.name = path.substr(path.find_last_of('/') + 1);
+  return s;
+}
+
+pt::Extent ShardSet::slice(const Field& tensor, uint32_t source, uint64_t first, uint64_t count, const std::string& what) {
+  const pt::Tensor& t = tensor.as_tensor();
+  if (!t.contiguous()) tensor.fail(what + ": tensor is not contiguous");
+  const uint64_t n = t.numel();
+  if (first > n || count > n - first)
+    tensor.fail(what + ": start (" + std::to_string(first) + ") + length (" + std::to_string(count) +
+                ") exceeds the tensor's " + std::to_string(n) + " elements");
+  const uint64_t es = pt::element_size(t.dtype);
+  return pt::Extent{source, t.byte_offset() + first * es, count * es};
+}
+
+}  // namespace zm::ds

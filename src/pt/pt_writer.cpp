@@ -1,0 +1,128 @@
+#include "zeromount/pt/pt_writer.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "zeromount/pt/crc32.h"
+#include "zeromount/pt/error.h"
+#include "zeromount/pt/pickle_writer.h"
+
+namespace zm::pt {
+namespace {
+
+constexpr uint64_t kBig = 0xFFFFFFFFu;
+constexpr uint64_t kAlign = 64;
+
+struct Bytes {
+  std::string s;
+  void u16(uint64_t v) { for (int k = 0; k < 2; ++k) s.push_back(char(v >> (8 * k))); }
+  void u32(uint64_t v) { for (int k = 0; k < 4; ++k) s.push_back(char(v >> (8 * k))); }
+  void u64(uint64_t v) { for (int k = 0; k < 8; ++k) s.push_back(char(v >> (8 * k))); }
+};
+
+struct Record {
+  std::string name;
+  std::string inline_data;          // small records
+  const Tensor* tensor = nullptr;   // storage records
+  uint64_t size() const { return tensor ? tensor->nbytes() : inline_data.size(); }
+};
+
+uint32_t record_crc(const Record& r, const ByteSource* src) {
+  if (!src || r.size() == 0) return 0;
+  if (!r.tensor) return crc32(r.inline_data.data(), r.inline_data.size());
+  uint32_t crc = 0;
+  std::string buf(1 << 20, '\0');
+  for (const Extent& e : r.tensor->data) {
+    for (uint64_t at = 0; at < e.length;) {
+      const size_t n = size_t(std::min<uint64_t>(buf.size(), e.length - at));
+      src->pread(e.source, e.offset + at, buf.data(), n);
+      crc = crc32(buf.data(), n, crc);
+      at += n;
+    }
+  }
+  return crc;
+}
+
+}  // namespace
+
+VirtualFile build_pt(const Node* root, const PtOptions& opts) {
+  PickledTensors p = pickle_value(root);
+  std::vector<Record> recs;
+  recs.push_back({opts.prefix + "/data.pkl", std::move(p.pickle), nullptr});
+  if (opts.byteorder) recs.push_back({opts.prefix + "/byteorder", "little", nullptr});
+  std::vector<size_t> order(p.storages.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  if (opts.legacy_key_order)
+    std::sort(order.begin(), order.end(), [](size_t a, size_t b) { return std::to_string(a) < std::to_string(b); });
+  for (size_t k : order) {
+    const Tensor* t = p.storages[k];
+    uint64_t have = 0;
+    for (const Extent& e : t->data) have += e.length;
+    if (have != t->nbytes())
+      throw Error("pt writer: tensor needs " + std::to_string(t->nbytes()) + " bytes, its extents hold " + std::to_string(have));
+    recs.push_back({opts.prefix + "/data/" + std::to_string(k), {}, t});
+  }
+  recs.push_back({opts.prefix + "/version", "3\n", nullptr});
+
+  VirtualFile vf;
+  Bytes cd;
+  uint64_t pos = 0;
+  for (const Record& r : recs) {
+    const uint64_t size = r.size();
+    const bool z64 = size >= kBig || pos >= kBig;
+    Bytes lx, cx;
+    if (z64) {
+      Bytes lb, cb;
+      if (size >= kBig) { lb.u64(size); lb.u64(0); cb.u64(size); cb.u64(size); }
+      if (pos >= kBig) { lb.u64(pos); cb.u64(pos); }
+      lx.u16(1); lx.u16(lb.s.size()); lx.s += lb.s;
+      cx.u16(1); cx.u16(cb.s.size()); cx.s += cb.s;
+    }
+    // The "FB" extra pads the local header so that the data starts on a 64-byte boundary.
+    const uint64_t start = pos + 30 + r.name.size() + lx.s.size() + 4;
+    const uint64_t pad = (kAlign - start % kAlign) % kAlign;
+    lx.s += "FB";
+    lx.u16(pad);
+    lx.s.append(pad, 'Z');
+    const uint16_t flags = size ? 0x0808 : 0x0800;
+    const uint32_t crc = record_crc(r, opts.crc_source);
+
+    Bytes h;
+    h.u32(0x04034b50); h.u16(0); h.u16(flags); h.u16(0); h.u16(0); h.u16(0);
+    h.u32(0); h.u32(0); h.u32(0); h.u16(r.name.size()); h.u16(lx.s.size());
+    h.s += r.name;
+    h.s += lx.s;
+    vf.append_inline(h.s);
+    if (r.tensor) {
+      for (const Extent& e : r.tensor->data) vf.append_extent(e);
+    } else {
+      vf.append_inline(r.inline_data);
+    }
+    if (size) {
+      Bytes dd;
+      dd.u32(0x08074b50); dd.u32(crc);
+      if (z64) { dd.u64(size); dd.u64(size); } else { dd.u32(size); dd.u32(size); }
+      vf.append_inline(dd.s);
+    }
+    cd.u32(0x02014b50); cd.u16(0); cd.u16(0); cd.u16(flags); cd.u16(0); cd.u16(0); cd.u16(0);
+    cd.u32(crc); cd.u32(std::min(size, kBig)); cd.u32(std::min(size, kBig));
+    cd.u16(r.name.size()); cd.u16(cx.s.size()); cd.u16(0); cd.u16(0); cd.u16(0); cd.u32(0);
+    cd.u32(std::min(pos, kBig));
+    cd.s += r.name;
+    cd.s += cx.s;
+    pos = vf.size();
+  }
+  const uint64_t n = recs.size(), cd_ofs = pos, cd_size = cd.s.size();
+  Bytes end;
+  end.s = std::move(cd.s);
+  const uint64_t z64_ofs = cd_ofs + cd_size;
+  end.u32(0x06064b50); end.u64(44); end.u16(0x031E); end.u16(0x002D); end.u32(0); end.u32(0);
+  end.u64(n); end.u64(n); end.u64(cd_size); end.u64(cd_ofs);
+  end.u32(0x07064b50); end.u32(0); end.u64(z64_ofs); end.u32(1);
+  end.u32(0x06054b50); end.u16(0); end.u16(0); end.u16(std::min<uint64_t>(n, 0xFFFF)); end.u16(std::min<uint64_t>(n, 0xFFFF));
+  end.u32(std::min(cd_size, kBig)); end.u32(std::min(cd_ofs, kBig)); end.u16(0);
+  vf.append_inline(end.s);
+  return vf;
+}
+
+}  // namespace zm::pt

@@ -1,0 +1,167 @@
+#include "zeromount/pt/value.h"
+
+#include "zeromount/pt/error.h"
+
+namespace zm::pt {
+
+uint64_t Tensor::numel() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= uint64_t(d);
+  return n;
+}
+
+bool Tensor::contiguous() const {
+  int64_t expect = 1;
+  for (size_t k = shape.size(); k-- > 0;) {
+    if (shape[k] != 1 && stride[k] != expect) return false;
+    expect *= shape[k];
+  }
+  return true;
+}
+
+const Node* Node::get(std::string_view key) const {
+  if (kind != Kind::Dict) return nullptr;
+  for (const auto& [k, v] : entries)
+    if (k->kind == Kind::Str && k->s == key) return v;
+  return nullptr;
+}
+
+const Node* Node::get(int64_t key) const {
+  if (kind != Kind::Dict) return nullptr;
+  for (const auto& [k, v] : entries)
+    if (k->kind == Kind::Int && k->i == key) return v;
+  return nullptr;
+}
+
+std::string_view Node::kind_name() const {
+  switch (kind) {
+    case Kind::None: return "None";
+    case Kind::Bool: return "bool";
+    case Kind::Int: case Kind::BigInt: return "int";
+    case Kind::Float: return "float";
+    case Kind::Str: return "str";
+    case Kind::Bytes: return "bytes";
+    case Kind::List: return "list";
+    case Kind::Tuple: return "tuple";
+    case Kind::Dict: return b ? "OrderedDict" : "dict";
+    case Kind::Set: return "set";
+    case Kind::Global: return "global";
+    case Kind::Object: return "object";
+    case Kind::Storage: return "storage";
+    case Kind::Tensor: return "tensor";
+  }
+  return "?";
+}
+
+Node* Arena::make(Kind k) {
+  Node& n = nodes_.emplace_back();
+  n.kind = k;
+  return &n;
+}
+
+Node* Arena::make_str(std::string s) {
+  Node* n = make(Kind::Str);
+  n->s = std::move(s);
+  return n;
+}
+
+Node* Arena::make_int(int64_t v) {
+  Node* n = make(Kind::Int);
+  n->i = v;
+  return n;
+}
+
+Node* Arena::make_global(std::string module, std::string name) {
+  Node* n = make(Kind::Global);
+  n->s = std::move(module);
+  n->s2 = std::move(name);
+  return n;
+}
+
+Tensor* Arena::make_tensor(Tensor t) { return &tensors_.emplace_back(std::move(t)); }
+
+Node* Arena::make_tensor_node(Tensor t) {
+  Node* n = make(Kind::Tensor);
+  n->tensor = make_tensor(std::move(t));
+  return n;
+}
+
+const Node* Arena::copy(const Node* n, int depth) {
+  if (!n) return nullptr;
+  if (depth > 200) throw FormatError("value nested too deeply to copy");
+  Node* c = make(n->kind);
+  c->b = n->b;
+  c->how = n->how;
+  c->i = n->i;
+  c->f = n->f;
+  c->s = n->s;
+  c->s2 = n->s2;
+  for (const Node* it : n->items) c->items.push_back(copy(it, depth + 1));
+  for (const auto& [k, v] : n->entries) c->entries.emplace_back(copy(k, depth + 1), copy(v, depth + 1));
+  c->callee = copy(n->callee, depth + 1);
+  c->args = copy(n->args, depth + 1);
+  c->state = copy(n->state, depth + 1);
+  if (n->tensor) {
+    Tensor t = *n->tensor;
+    t.attrs = copy(t.attrs, depth + 1);
+    c->tensor = make_tensor(std::move(t));
+  }
+  return c;
+}
+
+namespace {
+
+void render(std::string& out, const Node* n, int depth, int max_depth) {
+  if (out.size() > 400) return;
+  if (!n) { out += "<null>"; return; }
+  switch (n->kind) {
+    case Kind::None: out += "None"; return;
+    case Kind::Bool: out += n->b ? "True" : "False"; return;
+    case Kind::Int: out += std::to_string(n->i); return;
+    case Kind::BigInt: out += "<bigint>"; return;
+    case Kind::Float: out += std::to_string(n->f); return;
+    case Kind::Str: out += "'" + n->s.substr(0, 80) + "'"; return;
+    case Kind::Bytes: out += "b<" + std::to_string(n->s.size()) + ">"; return;
+    case Kind::Global: out += n->s + "." + n->s2; return;
+    case Kind::Storage: out += "storage(" + n->tensor->storage_key + ")"; return;
+    case Kind::Tensor: {
+      out += "tensor " + std::string(dtype_name(n->tensor->dtype)) + "[";
+      for (size_t k = 0; k < n->tensor->shape.size(); ++k)
+        out += (k ? ", " : "") + std::to_string(n->tensor->shape[k]);
+      out += "]";
+      return;
+    }
+    case Kind::Object:
+      out += "<";
+      render(out, n->callee, depth + 1, max_depth);
+      out += ">";
+      return;
+    default: break;
+  }
+  if (depth >= max_depth) { out += std::string(n->kind_name()) + "[...]"; return; }
+  bool dict = n->kind == Kind::Dict;
+  out += dict ? "{" : n->kind == Kind::Tuple ? "(" : "[";
+  size_t count = dict ? n->entries.size() : n->items.size();
+  for (size_t k = 0; k < count && k < 8; ++k) {
+    if (k) out += ", ";
+    if (dict) {
+      render(out, n->entries[k].first, depth + 1, max_depth);
+      out += ": ";
+      render(out, n->entries[k].second, depth + 1, max_depth);
+    } else {
+      render(out, n->items[k], depth + 1, max_depth);
+    }
+  }
+  if (count > 8) out += ", ...";
+  out += dict ? "}" : n->kind == Kind::Tuple ? ")" : "]";
+}
+
+}  // namespace
+
+std::string repr(const Node* n, int max_depth) {
+  std::string out;
+  render(out, n, 0, max_depth);
+  return out;
+}
+
+}  // namespace zm::pt

@@ -1,0 +1,64 @@
+#include "zeromount/pt/virtual_file.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace zm::pt {
+
+void VirtualFile::append_inline(std::string_view bytes) {
+  if (bytes.empty()) return;
+  if (!segs_.empty() && segs_.back().kind == Segment::Inline) {
+    segs_.back().length += bytes.size();
+  } else {
+    segs_.push_back({size_, bytes.size(), Segment::Inline, 0, blob_.size()});
+  }
+  blob_.append(bytes);
+  size_ += bytes.size();
+}
+
+void VirtualFile::append_extent(const Extent& e) {
+  if (e.length == 0) return;
+  if (!segs_.empty()) {
+    Segment& b = segs_.back();
+    if (b.kind == Segment::Source && b.source == e.source && b.offset + b.length == e.offset) {
+      b.length += e.length;
+      size_ += e.length;
+      return;
+    }
+  }
+  segs_.push_back({size_, e.length, Segment::Source, e.source, e.offset});
+  size_ += e.length;
+}
+
+void VirtualFile::append_zero(uint64_t n) {
+  if (n == 0) return;
+  if (!segs_.empty() && segs_.back().kind == Segment::Zero) {
+    segs_.back().length += n;
+  } else {
+    segs_.push_back({size_, n, Segment::Zero, 0, 0});
+  }
+  size_ += n;
+}
+
+size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ByteSource& src) const {
+  if (offset >= size_) return 0;
+  n = size_t(std::min<uint64_t>(n, size_ - offset));
+  auto it = std::upper_bound(segs_.begin(), segs_.end(), offset,
+                             [](uint64_t o, const Segment& s) { return o < s.start; });
+  --it;  // the segment holding `offset`; segments tile [0, size_)
+  auto* out = static_cast<char*>(buf);
+  size_t done = 0;
+  for (; done < n && it != segs_.end(); ++it) {
+    const uint64_t within = offset + done - it->start;
+    const size_t take = size_t(std::min<uint64_t>(n - done, it->length - within));
+    switch (it->kind) {
+      case Segment::Inline: memcpy(out + done, blob_.data() + it->offset + within, take); break;
+      case Segment::Zero: memset(out + done, 0, take); break;
+      case Segment::Source: src.pread(it->source, it->offset + within, out + done, take); break;
+    }
+    done += take;
+  }
+  return done;
+}
+
+}  // namespace zm::pt

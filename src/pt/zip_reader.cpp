@@ -1,0 +1,188 @@
+#include "zeromount/pt/zip_reader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "zeromount/pt/error.h"
+
+namespace zm::pt {
+namespace {
+
+constexpr uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEocdSig = 0x06054b50,
+                   kZip64EocdSig = 0x06064b50, kZip64LocatorSig = 0x07064b50;
+constexpr uint64_t kBig32 = 0xFFFFFFFFu;
+
+uint16_t u16(const unsigned char* p) { return uint16_t(p[0] | p[1] << 8); }
+uint32_t u32(const unsigned char* p) { return uint32_t(u16(p)) | uint32_t(u16(p + 2)) << 16; }
+uint64_t u64(const unsigned char* p) { return uint64_t(u32(p)) | uint64_t(u32(p + 4)) << 32; }
+
+}  // namespace
+
+File::File(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error(where(path, std::string("cannot open: ") + strerror(errno)), errno);
+  if (::fstat(fd_, &st_) != 0) throw Error(where(path, "cannot stat"), errno);
+  if (!S_ISREG(st_.st_mode)) throw FormatError(where(path, "not a regular file"));
+}
+
+File::File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), st_(o.st_) { o.fd_ = -1; }
+
+File& File::operator=(File&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    path_ = std::move(o.path_);
+    st_ = o.st_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void File::read_exact(uint64_t offset, void* buf, size_t n, const char* what) const {
+  if (offset > size() || n > size() - offset)
+    throw FormatError(where(path_, std::string("truncated: ") + what + " needs " + std::to_string(n) +
+                                       " bytes, file has " + std::to_string(size()),
+                            (long long)offset));
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t r = ::pread(fd_, p, n, off_t(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw Error(where(path_, std::string("read failed: ") + strerror(errno), (long long)offset), errno);
+    if (r == 0) throw FormatError(where(path_, std::string("unexpected end of file reading ") + what, (long long)offset));
+    p += r;
+    n -= size_t(r);
+    offset += uint64_t(r);
+  }
+}
+
+std::string File::read_string(uint64_t offset, size_t n, const char* what) const {
+  std::string s(n, '\0');
+  read_exact(offset, s.data(), n, what);
+  return s;
+}
+
+ZipReader::ZipReader(const File& file) : file_(file) {
+  const std::string& path = file.path();
+  const uint64_t fsize = file.size();
+  unsigned char magic[4] = {};
+  if (fsize < 4) throw FormatError(where(path, "too small to be a torch.save file"));
+  file.read_exact(0, magic, 4, "magic");
+  if (u32(magic) != kLocalSig)
+    throw FormatError(where(path, "not a zip archive: legacy torch.save format is not supported "
+                                  "(re-save with torch >= 1.6 zip serialization)"));
+  if (fsize < 22) throw FormatError(where(path, "too small for a zip end record"));
+
+  // The EOCD is the last 22 bytes plus a comment of at most 64 KiB.
+  const uint64_t tail_len = std::min<uint64_t>(fsize, 22 + 0xFFFF);
+  std::string tail = file.read_string(fsize - tail_len, tail_len, "zip tail");
+  const auto* t = reinterpret_cast<const unsigned char*>(tail.data());
+  int64_t eocd = -1;
+  for (int64_t k = int64_t(tail_len) - 22; k >= 0; --k) {
+    if (u32(t + k) == kEocdSig && uint64_t(k) + 22 + u16(t + k + 20) <= tail_len) { eocd = k; break; }
+  }
+  if (eocd < 0) throw FormatError(where(path, "no zip end-of-central-directory record (truncated?)"));
+  const uint64_t eocd_ofs = fsize - tail_len + uint64_t(eocd);
+  uint64_t count = u16(t + eocd + 10);
+  uint64_t cd_size = u32(t + eocd + 12);
+  uint64_t cd_ofs = u32(t + eocd + 16);
+
+  if (eocd_ofs >= 20) {
+    unsigned char loc[20];
+    file.read_exact(eocd_ofs - 20, loc, 20, "zip64 locator");
+    if (u32(loc) == kZip64LocatorSig) {
+      const uint64_t z64 = u64(loc + 8);
+      unsigned char rec[56];
+      file.read_exact(z64, rec, 56, "zip64 end record");
+      if (u32(rec) != kZip64EocdSig) throw FormatError(where(path, "bad zip64 end record signature", (long long)z64));
+      count = u64(rec + 32);
+      cd_size = u64(rec + 40);
+      cd_ofs = u64(rec + 48);
+    }
+  }
+  if (cd_ofs > fsize || cd_size > fsize - cd_ofs)
+    throw FormatError(where(path, "central directory lies outside the file (truncated?)", (long long)cd_ofs));
+  if (count == 0) throw FormatError(where(path, "zip archive has no entries"));
+  if (count > cd_size / 46) throw FormatError(where(path, "zip entry count " + std::to_string(count) + " exceeds what the central directory can hold"));
+
+  std::string cd = file.read_string(cd_ofs, cd_size, "central directory");
+  const auto* c = reinterpret_cast<const unsigned char*>(cd.data());
+  uint64_t pos = 0;
+  entries_.reserve(count);
+  for (uint64_t k = 0; k < count; ++k) {
+    if (pos + 46 > cd_size || u32(c + pos) != kCentralSig)
+      throw FormatError(where(path, "bad central directory entry " + std::to_string(k), (long long)(cd_ofs + pos)));
+    ZipEntry e;
+    e.method = u16(c + pos + 10);
+    e.crc = u32(c + pos + 16);
+    e.compressed_size = u32(c + pos + 20);
+    e.size = u32(c + pos + 24);
+    const uint16_t nlen = u16(c + pos + 28), xlen = u16(c + pos + 30), clen = u16(c + pos + 32);
+    e.local_header = u32(c + pos + 42);
+    if (pos + 46 + nlen + xlen + clen > cd_size)
+      throw FormatError(where(path, "central directory entry runs past its end", (long long)(cd_ofs + pos)));
+    e.name.assign(cd.data() + pos + 46, nlen);
+    // zip64 extra: only the fields whose 32-bit slot is saturated are present, in this order.
+    uint64_t x = pos + 46 + nlen;
+    const uint64_t xend = x + xlen;
+    while (x + 4 <= xend) {
+      const uint16_t id = u16(c + x), len = u16(c + x + 2);
+      if (x + 4 + len > xend) break;
+      if (id == 1) {
+        uint64_t f = x + 4;
+        auto take = [&](uint64_t& field) {
+          if (field != kBig32) return;
+          if (f + 8 > x + 4 + len) throw FormatError(where(path, "short zip64 extra field in entry " + e.name));
+          field = u64(c + f);
+          f += 8;
+        };
+        take(e.size);
+        take(e.compressed_size);
+        take(e.local_header);
+      }
+      x += 4 + len;
+    }
+    if (e.method == 0 && e.size != e.compressed_size)
+      throw FormatError(where(path, "stored entry " + e.name + " has different sizes"));
+    if (e.local_header > fsize || e.compressed_size > fsize - e.local_header)
+      throw FormatError(where(path, "entry " + e.name + " lies outside the file (truncated?)"));
+    entries_.push_back(std::move(e));
+    pos += 46 + nlen + xlen + clen;
+  }
+  const auto slash = entries_[0].name.find('/');
+  if (slash == std::string::npos || slash == 0)
+    throw FormatError(where(path, "first zip entry '" + entries_[0].name + "' is not in a subdirectory"));
+  prefix_ = entries_[0].name.substr(0, slash);
+  for (size_t k = 0; k < entries_.size(); ++k) by_name_.emplace(entries_[k].name, k);
+}
+
+const ZipEntry* ZipReader::find(const std::string& record) const {
+  auto it = by_name_.find(prefix_ + "/" + record);
+  return it == by_name_.end() ? nullptr : &entries_[it->second];
+}
+
+uint64_t ZipReader::data_offset(const ZipEntry& e) const {
+  unsigned char h[30];
+  file_.read_exact(e.local_header, h, 30, "local header");
+  if (u32(h) != kLocalSig)
+    throw FormatError(where(file_.path(), "bad local header signature for " + e.name, (long long)e.local_header));
+  const uint64_t ofs = e.local_header + 30 + u16(h + 26) + u16(h + 28);
+  if (ofs > file_.size() || e.compressed_size > file_.size() - ofs)
+    throw FormatError(where(file_.path(), "data of " + e.name + " runs past the end of the file (truncated?)", (long long)ofs));
+  return ofs;
+}
+
+std::string ZipReader::read(const ZipEntry& e, uint64_t max_size) const {
+  if (e.method != 0) throw FormatError(where(file_.path(), "record " + e.name + " is compressed; only stored records are supported"));
+  if (e.size > max_size)
+    throw FormatError(where(file_.path(), "record " + e.name + " is " + std::to_string(e.size) + " bytes, over the limit"));
+  return file_.read_string(data_offset(e), e.size, e.name.c_str());
+}
+
+}  // namespace zm::pt
