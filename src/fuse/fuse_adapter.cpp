@@ -236,7 +236,8 @@ fuse_lowlevel_ops make_ops() {
 int serve(const view::View& v, const MountConfig& cfg, const std::function<void(const std::string&)>& mounted) {
   std::vector<std::string> argv_s{"zeromount"};
   if (cfg.debug) argv_s.push_back("-d");
-  std::string opts = "ro,default_permissions,subtype=zeromount,fsname=" + cfg.fsname;
+  // max_read must match what init() asks for, or libfuse refuses the session.
+  std::string opts = "ro,default_permissions,max_read=1048576,subtype=zeromount,fsname=" + cfg.fsname;
   for (const auto& o : cfg.options) opts += "," + o;
   argv_s.push_back("-o");
   argv_s.push_back(opts);
