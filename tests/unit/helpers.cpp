@@ -1,0 +1,56 @@
+#include "helpers.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "zeromount/pt/file.h"
+
+namespace zm::test {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+std::string temp_dir() {
+  std::string t = (fs::temp_directory_path() / "zmtest.XXXXXX").string();
+  if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
+  return t;
+}
+
+std::vector<std::string> pt_files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && (e.path().extension() == ".pt" || e.path().extension() == ".bin")) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string tensor_bytes(const pt::PtFile& f, const pt::Tensor& t) {
+  if (!t.contiguous()) throw std::runtime_error("strided tensor");
+  return f.file.read_string(t.byte_offset(), t.nbytes(), "tensor");
+}
+
+void PathSource::pread(uint32_t source, uint64_t offset, void* buf, size_t n) const {
+  pt::File(paths_.at(source)).read_exact(offset, buf, n, "test source");
+}
+
+std::string read_all(const pt::VirtualFile& f, const pt::ByteSource& src) {
+  std::string s(f.size(), '\0');
+  if (f.read(0, s.data(), s.size(), src) != s.size()) throw std::runtime_error("short read");
+  return s;
+}
+
+}  // namespace zm::test

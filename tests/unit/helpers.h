@@ -1,0 +1,32 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include "zeromount/pt/pt_file.h"
+#include "zeromount/pt/virtual_file.h"
+
+namespace zm::test {
+
+inline const std::string kFixtures = ZM_FIXTURES;
+inline const std::vector<std::string> kFixtureNames = {"z1_ws2_fp32_pg2", "z2_ws2_fp32_pg2", "z3_ws2_fp32_pg2",
+                                                       "z3_ws2_fp32_pg2_sg200"};
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& bytes);
+std::string temp_dir();  // fresh, under TMPDIR
+// Every .pt file below a folder, sorted.
+std::vector<std::string> pt_files(const std::string& dir);
+// The raw bytes of a contiguous tensor of a loaded file.
+std::string tensor_bytes(const pt::PtFile& f, const pt::Tensor& t);
+// Sources by id, opened on demand: a ByteSource for VirtualFiles in tests.
+class PathSource : public pt::ByteSource {
+ public:
+  explicit PathSource(std::vector<std::string> paths) : paths_(std::move(paths)) {}
+  void pread(uint32_t source, uint64_t offset, void* buf, size_t n) const override;
+
+ private:
+  std::vector<std::string> paths_;
+};
+std::string read_all(const pt::VirtualFile& f, const pt::ByteSource& src);
+
+}  // namespace zm::test
