@@ -80,6 +80,20 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
       if (r == 0) index.steps.push_back(st.find("step") ? read_step(st["step"], shard.source) : StepValue{});
       std::vector<Field> tensors{flat[s]};
       for (size_t k = 1; k < index.state_names.size(); ++k) tensors.push_back(st[index.state_names[k]]);
+      // The sub-group's partitions must fill its flat tensors exactly; otherwise param_shapes and
+      // the optimizer files disagree (a changed shape, or the wrong files), and no slice is trusted.
+      uint64_t need = 0;
+      std::string members;
+      for (size_t j = 0; j < subgroups[s].size(); ++j) {
+        const Param& p = index.params[p_index + j];
+        need += (p.numel + uint64_t(W) - 1) / uint64_t(W);
+        members += (j ? ", " : "") + p.name;
+      }
+      for (const Field& t : tensors)
+        if (t.as_tensor().numel() != need)
+          t.fail("holds " + std::to_string(t.as_tensor().numel()) + " elements, but the partitions of sub-group " +
+                 std::to_string(s) + " (" + members + ") in param_shapes of " + files.model[0] + " need " +
+                 std::to_string(need));
       uint64_t q = 0;  // each parameter's partition starts where the previous one ended, per sub-group
       for (size_t j = 0; j < subgroups[s].size(); ++j, ++p_index) {
         Param& p = index.params[p_index];
@@ -91,10 +105,6 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
                                       ShardSet::slice(tensors[k], shard.source, q, valid, "parameter " + p.name)});
         q += part;
       }
-      for (const Field& t : tensors)
-        if (t.as_tensor().numel() != q)
-          t.fail("holds " + std::to_string(t.as_tensor().numel()) + " elements, the partitions of sub-group " +
-                 std::to_string(s) + "'s parameters add up to " + std::to_string(q));
     }
   }
   // Frozen parameters: each rank's model file holds its ceil(n/W) partition (with padding).

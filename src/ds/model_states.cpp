@@ -26,6 +26,10 @@ void read_model_common(TagIndex& index, const OpenShard& model) {
   const Field root = model.root();
   if (auto v = root.find("ds_version"); v && v->is(pt::Kind::Str)) index.ds_version = v->as_str();
   const int64_t dp = root["dp_world_size"].as_int();
+  if (dp > index.dp)  // the highest ranks' files are gone: name the first one missing
+    throw FormatError(where(index.dir + "/" + index.optim_prefix + "zero_pp_rank_" + std::to_string(index.dp) +
+                                "_mp_rank_00_optim_states.pt",
+                            "missing: dp_world_size in " + model.name + " is " + std::to_string(dp)));
   if (dp != index.dp)
     root["dp_world_size"].fail("says " + std::to_string(dp) + " ranks, but the tag has " + std::to_string(index.dp) +
                                " optimizer files");

@@ -1,0 +1,76 @@
+"""The command line as users run it: inspect (text and JSON), and refusals that name the file,
+both from `inspect` and from a mount that must not happen."""
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+from conftest import FIXTURE_NAMES, FIXTURES, ZEROMOUNT, mount
+
+
+def run(*args):
+    return subprocess.run([ZEROMOUNT, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_inspect_json(name):
+    r = run("inspect", os.path.join(FIXTURES, name, "checkpoint"), "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["stage"] == int(name[1]) and j["dp"] == 2 and j["step"] == 3.0
+    assert j["states"] == ["fp32", "exp_avg", "exp_avg_sq"]
+    assert [p["name"] for p in j["params"]][:2] == ["embed.weight", "fc1.weight"]
+    assert j["totals"]["numel"] == sum(p["numel"] for p in j["params"]) == 2041
+    assert {b["name"] for b in j["buffers"]} == {"running_mean"}
+    assert len(j["frozen"]) == (0 if name.startswith("z1") else 1)
+
+
+def test_inspect_text_names_every_param():
+    r = run("inspect", os.path.join(FIXTURES, "z3_ws2_fp32_pg2_sg200", "checkpoint"))
+    assert r.returncode == 0
+    assert "ZeRO-3 (4 sub-groups)" in r.stdout
+    for p in ["embed.weight", "fc1.weight", "fc2.weight", "head.weight", "fc1.bias", "norm.weight", "head.bias"]:
+        assert f"\n{p} " in r.stdout
+
+
+def change_shape(tag_dir, model_file, param, new_shape):
+    """Rewrites a model-state file with one param_shapes entry changed (model files hold no
+    DeepSpeed objects, so torch can re-save them faithfully)."""
+    path = os.path.join(tag_dir, model_file)
+    sd = torch.load(path, weights_only=False)
+    for group in sd["param_shapes"]:
+        if param in group:
+            group[param] = torch.Size(new_shape)
+    torch.save(sd, path)
+
+
+BREAKS = {
+    "rank file removed": lambda d: os.remove(f"{d}/global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+    "pickle truncated": lambda d: os.truncate(f"{d}/global_step3/zero_pp_rank_0_mp_rank_00_optim_states.pt", 5000),
+    "shape changed": lambda d: change_shape(f"{d}/global_step3", "mp_rank_00_model_states.pt" if os.path.exists(
+        f"{d}/global_step3/mp_rank_00_model_states.pt") else "zero_pp_rank_0_mp_rank_00_model_states.pt", "fc1.weight", [31, 12]),
+}
+NAMED = {"rank file removed": "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+         "pickle truncated": "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+         "shape changed": "fc1.weight"}
+
+
+@pytest.mark.parametrize("name", ["z2_ws2_fp32_pg2", "z3_ws2_fp32_pg2_sg200"])
+@pytest.mark.parametrize("how", BREAKS)
+def test_broken_checkpoints_are_refused_by_name(tmp_copy, name, how):
+    d = tmp_copy(name)
+    BREAKS[how](d)
+    r = run("inspect", d)
+    assert r.returncode == 1
+    assert NAMED[how] in r.stderr, r.stderr
+    with mount(d, expect_fail=True) as refused:
+        assert NAMED[how] in refused.stderr, refused.stderr
+
+
+def test_mount_point_errors_are_clear(tmp_path):
+    r = run(os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint"), str(tmp_path / "missing"))
+    assert r.returncode != 0 and "missing" in r.stderr
+    r = run(str(tmp_path / "nothing-here"), str(tmp_path))
+    assert r.returncode != 0 and "nothing-here" in r.stderr
