@@ -1,0 +1,12 @@
+# `cpack -G DEB` in the build folder makes zeromount_<version>_<arch>.deb.
+set(CPACK_GENERATOR "DEB")
+set(CPACK_PACKAGE_NAME "zeromount")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_CONTACT "zeromount developers <zeromount@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "read-only FUSE view of DeepSpeed ZeRO checkpoints with lazy universal checkpoints")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "fuse3, libfuse3-3 (>= 3.14), libspdlog1.10, libfmt9, libxxhash0")
+set(CPACK_DEBIAN_PACKAGE_SECTION "utils")
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_STRIP_FILES ON)
+set(CPACK_PACKAGING_INSTALL_PREFIX "/usr")
+include(CPack)
