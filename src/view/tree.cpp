@@ -44,6 +44,12 @@ uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespe
   return add(parent, name, std::move(n));
 }
 
+uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer) {
+  const uint64_t ino = add_file(parent, name, mtime, std::move(build));
+  nodes_[ino - 1].sizer = std::move(sizer);
+  return ino;
+}
+
 const Inode* Tree::lookup(uint64_t parent, std::string_view name) const {
   const Inode* p = get(parent);
   if (!p || !p->dir) return nullptr;

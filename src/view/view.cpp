@@ -11,6 +11,7 @@
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/layout.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/view/browse.h"
 
 namespace zm::view {
 
@@ -99,6 +100,30 @@ void View::add_universal(uint64_t parent, const std::string& name, const TagSour
   stats_.params += ix.params.size();
 }
 
+void View::add_params(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime) {
+  const ds::TagIndex& ix = *tag.index;
+  const TagSource* t = &tag;
+  const uint64_t d = tree_.add_dir(parent, name, mtime);
+  const std::string readme = params_readme(ix.tag);
+  tree_.add_file(d, "README", mtime, [readme] { return inline_file(readme); }, readme.size());
+  tree_.add_file(d, "summary", mtime, [t] { return inline_file(params_summary(*t->index)); });
+  for (const ds::Param& p : ix.params) {
+    const uint64_t pd = tree_.add_dir(d, param_dir_name(p.name), mtime);
+    const ds::Param* pp = &p;
+    // The statistics read the whole parameter, so stat() sizes the text without them.
+    tree_.add_file(pd, "info", mtime, [this, t, pp] { return inline_file(param_info(*t, *pp, &sources_)); },
+                   [t, pp] { return uint64_t(param_info(*t, *pp, nullptr).size()); });
+    for (size_t k = 0; k < ix.state_names.size(); ++k)
+      tree_.add_file(pd, ix.state_names[k] + ".npy", mtime, [t, pp, k] { return param_npy(*t, *pp, k); });
+  }
+}
+
+void View::add_fp32(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime) {
+  const TagSource* t = &tag;
+  const uint64_t d = tree_.add_dir(parent, name, mtime);
+  tree_.add_file(d, "model.safetensors", mtime, [t] { return model_safetensors(*t); });
+}
+
 std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   const ds::CheckpointDir dir = ds::scan_checkpoint(source);
@@ -139,12 +164,16 @@ std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& o
     v->mirror(dir.root, Tree::kRoot);
   }
   for (const auto& ts : v->tags_) {
-    const std::string name = ts->index->tag + "_universal";
-    if (tree.lookup(Tree::kRoot, name)) {
-      spdlog::warn("{}/{}: a real universal checkpoint exists; showing it instead of a made-up one", dir.root, name);
-      continue;
+    using Adder = void (View::*)(uint64_t, const std::string&, const TagSource&, struct timespec);
+    for (auto [suffix, add] : {std::pair<const char*, Adder>{"_universal", &View::add_universal},
+                               {"_params", &View::add_params}, {"_fp32", &View::add_fp32}}) {
+      const std::string name = ts->index->tag + suffix;
+      if (tree.lookup(Tree::kRoot, name)) {
+        spdlog::warn("{}/{}: a real folder of that name exists; showing it instead of a made-up one", dir.root, name);
+        continue;
+      }
+      (v.get()->*add)(Tree::kRoot, name, *ts, mtime);
     }
-    v->add_universal(Tree::kRoot, name, *ts, mtime);
   }
   if (latest && !tree.lookup(Tree::kRoot, "latest_universal") && tree.lookup(Tree::kRoot, *latest + "_universal")) {
     const std::string text = *latest + "_universal";
@@ -173,6 +202,7 @@ struct stat View::attr(const Inode& n) const {
   st.st_mode = S_IFREG | 0444;
   st.st_nlink = 1;
   uint64_t size = n.size.load(std::memory_order_relaxed);
+  if (size == Inode::kUnknown && n.sizer) n.size.store(size = n.sizer(), std::memory_order_relaxed);
   if (size == Inode::kUnknown) size = content(n)->size();
   st.st_size = off_t(size);
   st.st_blocks = blkcnt_t((size + 511) / 512);

@@ -107,7 +107,8 @@ def test_real_files_are_byte_identical(mnt):
         for f in files:
             with open(os.path.join(dirpath, f), "rb") as a, open(os.path.join(m, rel, f), "rb") as b:
                 assert a.read() == b.read(), f
-    assert set(os.listdir(m)) == set(os.listdir(src)) | {f"{TAG}_universal", "latest_universal"}
+    assert set(os.listdir(m)) == set(os.listdir(src)) | {f"{TAG}_universal", f"{TAG}_params", f"{TAG}_fp32",
+                                                         "latest_universal"}
 
 
 def all_files(m):

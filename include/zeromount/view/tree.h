@@ -16,6 +16,8 @@
 namespace zm::view {
 
 using Builder = std::function<pt::VirtualFile()>;
+// Computes a file's size without building it, where building would read tensor data.
+using Sizer = std::function<uint64_t()>;
 
 struct Inode {
   uint64_t ino = 0;
@@ -28,6 +30,7 @@ struct Inode {
   std::unordered_map<std::string, uint64_t> by_name;
   // Files: either a builder, run on first open or stat, or a known size with a builder too.
   Builder build;
+  Sizer sizer;
   mutable std::atomic<uint64_t> size{kUnknown};
   static constexpr uint64_t kUnknown = ~uint64_t(0);
 
@@ -35,7 +38,7 @@ struct Inode {
   Inode(Inode&& o) noexcept
       : ino(o.ino), parent(o.parent), name(std::move(o.name)), dir(o.dir), mtime(o.mtime),
         children(std::move(o.children)), by_name(std::move(o.by_name)), build(std::move(o.build)),
-        size(o.size.load()) {}
+        sizer(std::move(o.sizer)), size(o.size.load()) {}
 };
 
 class Tree {
@@ -46,6 +49,7 @@ class Tree {
   uint64_t add_dir(uint64_t parent, const std::string& name, struct timespec mtime);
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build,
                     uint64_t size = Inode::kUnknown);
+  uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer);
   // nullptr when absent.
   const Inode* lookup(uint64_t parent, std::string_view name) const;
   const Inode* get(uint64_t ino) const { return ino >= 1 && ino <= nodes_.size() ? &nodes_[ino - 1] : nullptr; }

@@ -49,6 +49,8 @@ class View {
   View(const ViewOptions& opts, struct timespec mtime) : opts_(opts), tree_(mtime) {}
   void mirror(const std::string& real_dir, uint64_t dir);
   void add_universal(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime);
+  void add_params(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime);
+  void add_fp32(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime);
   uint64_t add_passthrough(uint64_t parent, const std::string& name, const std::string& path);
 
   ViewOptions opts_;

@@ -1,0 +1,23 @@
+#pragma once
+// Files for people and for numpy (issue 5): <T>_params/ (README, summary, <param>/info and one
+// .npy per state) and <T>_fp32/model.safetensors, all served lazily from the shards.
+#include <cstdint>
+#include <string>
+
+#include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/universal.h"
+
+namespace zm::view {
+
+std::string params_readme(const std::string& tag);
+// One row per parameter, aligned, with totals that equal the sums of the rows.
+std::string params_summary(const ds::TagIndex& ix);
+// Name, shape, dtype, group, which ranks hold which element ranges, and fp32 statistics. With
+// `src` null the statistics are placeholders of the same width: the size is known without reading.
+std::string param_info(const TagSource& t, const ds::Param& p, const pt::ByteSource* src);
+// numpy .npy (format 1.0, 64-byte aligned header) of one state, for np.load(mmap_mode='r').
+pt::VirtualFile param_npy(const TagSource& t, const ds::Param& p, size_t state);
+// Every trainable parameter in fp32, frozen ones, shared aliases and buffers, as zero_to_fp32 names them.
+pt::VirtualFile model_safetensors(const TagSource& t);
+
+}  // namespace zm::view
