@@ -1,7 +1,6 @@
 #include "commands.h"
 
 #include <fcntl.h>
-#include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -11,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "daemon.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/inspect.h"
 #include "zeromount/fuse/adapter.h"
@@ -57,20 +57,6 @@ void raise_fd_limit() {
   }
 }
 
-void log_to_syslog() {
-  auto logger = std::make_shared<spdlog::logger>("zeromount", std::make_shared<spdlog::sinks::syslog_sink_mt>("zeromount", LOG_PID, LOG_DAEMON, false));
-  logger->set_level(spdlog::default_logger()->level());
-  spdlog::set_default_logger(logger);
-}
-
-void write_all(int fd, const std::string& s) {
-  for (size_t at = 0; at < s.size();) {
-    const ssize_t n = ::write(fd, s.data() + at, s.size() - at);
-    if (n <= 0 && errno != EINTR) return;
-    if (n > 0) at += size_t(n);
-  }
-}
-
 }  // namespace
 
 int mount(const MountOptions& o) {
@@ -102,46 +88,12 @@ int mount(const MountOptions& o) {
       else spdlog::error("{}", err);
     });
   }
-  int ready[2];
-  if (pipe2(ready, O_CLOEXEC) != 0) throw Error("pipe failed", errno);
-  const pid_t pid = fork();
-  if (pid < 0) throw Error("fork failed", errno);
-  if (pid == 0) {
-    close(ready[0]);
-    setsid();
-    if (chdir("/") != 0) _exit(1);
-    const int null = ::open("/dev/null", O_RDWR);
-    dup2(null, 0);
-    dup2(null, 1);
-    dup2(null, 2);
-    log_to_syslog();
-    const int rc = fuse::serve(*view, cfg, [&](const std::string& err) {
+  return run_in_background(mountpoint, [&](const std::function<void(const std::string&)>& mounted) {
+    return fuse::serve(*view, cfg, [&](const std::string& err) {
       if (err.empty()) spdlog::info("{}", summary);
-      write_all(ready[1], err.empty() ? "m" : "e" + err);
-      close(ready[1]);
+      mounted(err);
     });
-    _exit(rc);
-  }
-  close(ready[1]);
-  std::string msg;
-  char buf[512];
-  for (ssize_t n; (n = ::read(ready[0], buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    msg.append(buf, size_t(n));
-  }
-  close(ready[0]);
-  if (msg != "m") {
-    std::cerr << "zeromount: " << (msg.size() > 1 ? msg.substr(1) : "the mount process died before mounting") << "\n";
-    return 1;
-  }
-  // Return only once the mount answers: this stat waits for the daemon's first reply.
-  struct stat st;
-  if (::stat(mountpoint.c_str(), &st) != 0) {
-    std::cerr << "zeromount: " << mountpoint << " does not answer: " << strerror(errno) << "\n";
-    return 1;
-  }
-  return 0;
+  });
 }
 
 }  // namespace zm::cli
