@@ -126,6 +126,19 @@ uint64_t TagIndex::state_bytes() const {
   return n;
 }
 
+std::vector<Fragment> TagIndex::fragments(const Param& p, size_t state) const {
+  if (stage != 3) return p.stored.at(state);
+  std::vector<Fragment> out;
+  const uint64_t W = uint64_t(dp), part = (p.numel + W - 1) / W, es = pt::element_size(master_dtype);
+  const size_t S = sub_groups, K = state_names.size();
+  for (uint64_t r = 0; r < W && part * r < p.numel; ++r) {
+    const uint64_t valid = std::min(part, p.numel - part * r);
+    const uint64_t base = flat_offsets.at((r * S + size_t(p.sub_group)) * K + state);
+    out.push_back({uint32_t(r), part * r, valid, pt::Extent{optim_source.at(r), base + p.offset * es, valid * es}});
+  }
+  return out;
+}
+
 const Param* TagIndex::find(const std::string& name) const {
   for (const auto& p : params)
     if (p.name == name) return &p;

@@ -84,7 +84,7 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
       index.state_names = {"fp32"};
       for (auto& k : state_keys(st0)) index.state_names.push_back(k);
       index.master_dtype = fp32[0].as_tensor().dtype;
-      for (auto& p : index.params) p.fragments.resize(index.state_names.size());
+      for (auto& p : index.params) p.stored.resize(index.state_names.size());
       index.optim_meta = copy_meta(index.arena, osd, index.dp, G);
       index.param_groups = index.arena.copy(base["param_groups"].node());
     }
@@ -104,26 +104,31 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
         const int64_t start = fa.attr("start").as_int(), numel = fa.attr("numel").as_int();
         if (start < 0 || numel < 0) fa.fail("negative fragment address");
         uint64_t at = 0;
-        for (const auto& f : p.fragments[0]) at += f.numel;
+        for (const auto& f : p.stored[0]) at += f.numel;
         const std::string what = "parameter " + name;
-        p.fragments[0].push_back({uint32_t(r), at, uint64_t(numel), ShardSet::slice(fp32[g], shard.source, start, numel, what)});
-        for (size_t k = 1; k < index.state_names.size(); ++k)
-          p.fragments[k].push_back({uint32_t(r), at, uint64_t(numel),
-                                    ShardSet::slice(gstate[index.state_names[k]], shard.source, start, numel, what)});
+        p.stored[0].push_back({uint32_t(r), at, uint64_t(numel), ShardSet::slice(fp32[g], shard.source, start, numel, what)});
+        for (size_t k = 1; k < index.state_names.size(); ++k) {
+          const Field st = gstate[index.state_names[k]];
+          if (st.as_tensor().dtype != index.master_dtype)
+            st.fail("is " + std::string(pt::dtype_name(st.as_tensor().dtype)) + " while the master weights are " +
+                    std::string(pt::dtype_name(index.master_dtype)) + "; mixed state dtypes are not supported yet");
+          p.stored[k].push_back({uint32_t(r), at, uint64_t(numel),
+                                    ShardSet::slice(st, shard.source, start, numel, what)});
+        }
         starts.emplace_back(uint64_t(start), name);
       }
       // Two parameters may not claim the same elements of one partition.
       std::sort(starts.begin(), starts.end());
       for (size_t k = 1; k < starts.size(); ++k) {
         const Param& prev = index.params[by_name[starts[k - 1].second]];
-        if (starts[k - 1].first + prev.fragments[0].back().numel > starts[k].first)
+        if (starts[k - 1].first + prev.stored[0].back().numel > starts[k].first)
           maps[g].fail("fragments of '" + starts[k - 1].second + "' and '" + starts[k].second + "' overlap");
       }
     }
   }
   for (const auto& p : index.params) {
     uint64_t have = 0;
-    for (const auto& f : p.fragments[0]) have += f.numel;
+    for (const auto& f : p.stored[0]) have += f.numel;
     if (have != p.numel)
       throw FormatError(where(index.dir, "parameter '" + p.name + "': the optimizer files hold " + std::to_string(have) +
                                              " elements, its shape in " + files.model[0] + " needs " + std::to_string(p.numel)));

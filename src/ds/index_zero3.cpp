@@ -61,9 +61,9 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
   for (auto& k : state_keys(inner0["state"].at(0))) index.state_names.push_back(k);
   for (size_t s = 0; s < S; ++s)
     for (const auto& [name, shape] : subgroups[s])
-      index.params.push_back(Param{name, shape, numel_of(shape), group_of[s], int(s), int(s),
-                                   std::vector<std::vector<Fragment>>(index.state_names.size())});
+      index.params.push_back(Param{name, shape, numel_of(shape), group_of[s], int(s), int(s), 0, {}});
   if (index.params.empty()) throw FormatError(where(files.model[0], "param_shapes lists no trainable parameters"));
+  index.sub_groups = S;
   index.optim_meta = copy_meta(index.arena, osd0);
   index.param_groups = index.arena.copy(groups.node());
 
@@ -89,23 +89,26 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
         need += (p.numel + uint64_t(W) - 1) / uint64_t(W);
         members += (j ? ", " : "") + p.name;
       }
-      for (const Field& t : tensors)
+      for (const Field& t : tensors) {
+        if (t.as_tensor().dtype != index.master_dtype)
+          t.fail("is " + std::string(pt::dtype_name(t.as_tensor().dtype)) + " while the master weights are " +
+                 std::string(pt::dtype_name(index.master_dtype)) + "; mixed state dtypes are not supported yet");
         if (t.as_tensor().numel() != need)
           t.fail("holds " + std::to_string(t.as_tensor().numel()) + " elements, but the partitions of sub-group " +
                  std::to_string(s) + " (" + members + ") in param_shapes of " + files.model[0] + " need " +
                  std::to_string(need));
-      uint64_t q = 0;  // each parameter's partition starts where the previous one ended, per sub-group
+      }
+      // Each parameter's partition starts where the previous one ended, restarting per sub-group.
+      uint64_t q = 0;
       for (size_t j = 0; j < subgroups[s].size(); ++j, ++p_index) {
         Param& p = index.params[p_index];
-        const uint64_t part = (p.numel + uint64_t(W) - 1) / uint64_t(W);
-        const uint64_t valid = valid_on_rank(p.numel, part, r);
-        if (valid > 0)
-          for (size_t k = 0; k < tensors.size(); ++k)
-            p.fragments[k].push_back({uint32_t(r), part * uint64_t(r), valid,
-                                      ShardSet::slice(tensors[k], shard.source, q, valid, "parameter " + p.name)});
-        q += part;
+        if (r == 0) p.offset = q;
+        q += (p.numel + uint64_t(W) - 1) / uint64_t(W);
       }
+      for (const Field& t : tensors)
+        index.flat_offsets.push_back(ShardSet::slice(t, shard.source, 0, t.as_tensor().numel(), "sub-group " + std::to_string(s)).offset);
     }
+    index.optim_source.push_back(shard.source);
   }
   // Frozen parameters: each rank's model file holds its ceil(n/W) partition (with padding).
   if (!frozen.empty()) {

@@ -54,9 +54,9 @@ double step_number(const TagIndex& index, const StepValue& step) {
 namespace {
 
 // "0-1", "3", "0,2-5": the dp ranks that hold a piece of a parameter.
-std::string ranks_text(const Param& p) {
+std::string ranks_text(const TagIndex& ix, const Param& p) {
   std::vector<uint32_t> r;
-  for (const auto& f : p.fragments[0]) r.push_back(f.rank);
+  for (const auto& f : ix.fragments(p, 0)) r.push_back(f.rank);
   std::string s;
   for (size_t k = 0; k < r.size();) {
     size_t e = k;
@@ -106,7 +106,7 @@ std::string inspect_text(const TagIndex& ix) {
   o += pad("name", wn + 2) + pad("shape", ws + 2) + pad("numel", 14) + pad("group", 7) + "ranks\n";
   for (const auto& p : ix.params)
     o += pad(p.name, wn + 2) + pad(shape_text(p.shape), ws + 2) + pad(with_commas(p.numel), 14) +
-         pad(std::to_string(p.group) + (p.sub_group >= 0 ? "/" + std::to_string(p.sub_group) : ""), 7) + ranks_text(p) + "\n";
+         pad(std::to_string(p.group) + (p.sub_group >= 0 ? "/" + std::to_string(p.sub_group) : ""), 7) + ranks_text(ix, p) + "\n";
   for (const auto& f : ix.frozen) o += pad(f.name, wn + 2) + pad(shape_text(f.shape), ws + 2) + "(frozen)\n";
   return o;
 }
@@ -128,7 +128,8 @@ std::string inspect_json(const TagIndex& ix) {
     o += std::string(k ? "," : "") + "{\"name\":" + json_escape(p.name) + ",\"shape\":" + shape_text(p.shape) +
          ",\"numel\":" + std::to_string(p.numel) + ",\"group\":" + std::to_string(p.group) +
          ",\"sub_group\":" + (p.sub_group >= 0 ? std::to_string(p.sub_group) : "null") + ",\"ranks\":[";
-    for (size_t f = 0; f < p.fragments[0].size(); ++f) o += (f ? "," : "") + std::to_string(p.fragments[0][f].rank);
+    const auto frags = ix.fragments(p, 0);
+    for (size_t f = 0; f < frags.size(); ++f) o += (f ? "," : "") + std::to_string(frags[f].rank);
     o += "]}";
   }
   o += "],\"frozen\":[";

@@ -73,7 +73,7 @@ Stats compute_stats(const TagSource& t, const ds::Param& p, const pt::ByteSource
   Stats s;
   const size_t es = pt::element_size(t.index->master_dtype);
   std::string buf;
-  for (const auto& f : p.fragments[0]) {
+  for (const auto& f : t.index->fragments(p, 0)) {
     const pt::Extent e = t.map(f.extent);
     for (uint64_t at = 0; at < e.length;) {
       const size_t n = size_t(std::min<uint64_t>(e.length - at, (1u << 20) / es * es));
@@ -148,8 +148,9 @@ std::string param_info(const TagSource& t, const ds::Param& p, const pt::ByteSou
   std::string part = "ZeRO-" + std::to_string(ix.stage) + " over " + std::to_string(ix.dp) + " dp ranks";
   if (ix.stage == 3) part += ", ceil(" + with_commas(p.numel) + "/" + std::to_string(ix.dp) + ") per rank";
   line("partition", part);
-  for (size_t k = 0; k < p.fragments[0].size(); ++k) {
-    const ds::Fragment& f = p.fragments[0][k];
+  const auto frags = ix.fragments(p, 0);
+  for (size_t k = 0; k < frags.size(); ++k) {
+    const ds::Fragment& f = frags[k];
     line(k ? "" : "ranks", "rank " + std::to_string(f.rank) + ": elements [" + with_commas(f.start) + ", " +
                                with_commas(f.start + f.numel) + ") in " + file_name(ix.shards.at(f.extent.source).path));
   }
@@ -185,7 +186,7 @@ pt::VirtualFile param_npy(const TagSource& t, const ds::Param& p, size_t state) 
   pre += char(header.size() >> 8);
   pt::VirtualFile f;
   f.append_inline(pre + header);
-  for (const auto& fr : p.fragments.at(state)) f.append_extent(t.map(fr.extent));
+  for (const auto& fr : t.index->fragments(p, state)) f.append_extent(t.map(fr.extent));
   return f;
 }
 
@@ -212,7 +213,7 @@ pt::VirtualFile model_safetensors(const TagSource& t) {
   const size_t es = pt::element_size(ix.master_dtype);
   for (const auto& p : ix.params) {
     std::vector<pt::Extent> d;
-    for (const auto& f : p.fragments[0]) d.push_back(f.extent);
+    for (const auto& f : ix.fragments(p, 0)) d.push_back(f.extent);
     entries.push_back({p.name, ix.master_dtype, p.shape, cut(d, p.numel * es), p.numel * es});
   }
   for (const auto* list : {&ix.frozen, &ix.buffers})

@@ -41,7 +41,7 @@ void set(Node* dict, pt::Arena& a, const char* key, const Node* value) { dict->e
 pt::VirtualFile param_state_file(const TagSource& t, const ds::Param& p, size_t state, bool bare) {
   pt::Arena a;
   std::vector<pt::Extent> data;
-  for (const auto& f : p.fragments.at(state)) data.push_back(t.map(f.extent));
+  for (const auto& f : t.index->fragments(p, state)) data.push_back(t.map(f.extent));
   Node* tensor = tensor_node(a, t.index->master_dtype, p.shape, std::move(data));
   if (bare) return pt::build_pt(tensor, stem(t.index->state_names[state].c_str()));
   Node* d = a.make(Kind::Dict);

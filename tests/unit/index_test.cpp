@@ -50,7 +50,7 @@ TEST_P(Fixture, StatesEqualDsToUniversal) {
       const std::string ref = universal_bytes(dir() + "/ds_to_universal/global_step3_universal/zero/" + p.name + "/" +
                                               ix->state_names[k] + ".pt");
       EXPECT_EQ(ref.size(), p.numel * 4);
-      EXPECT_EQ(assemble(*ix, extents_of(p.fragments[k]), p.numel * 4), ref);
+      EXPECT_EQ(assemble(*ix, extents_of(ix->fragments(p, k)), p.numel * 4), ref);
     }
   }
 }
@@ -67,7 +67,7 @@ TEST_P(Fixture, WeightsEqualZeroToFp32) {
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(bytes, tensor_bytes(*ref, *t->tensor));
   };
-  for (const auto& p : ix->params) check(p.name, assemble(*ix, extents_of(p.fragments[0]), p.numel * 4));
+  for (const auto& p : ix->params) check(p.name, assemble(*ix, extents_of(ix->fragments(p, 0)), p.numel * 4));
   for (const auto& f : ix->frozen) check(f.name, assemble(*ix, f.data, f.numel() * 4));
   for (const auto& b : ix->buffers) check(b.name, assemble(*ix, b.data, b.numel() * 4));
   for (const auto& [alias, canon] : ix->shared) ours.insert(alias);

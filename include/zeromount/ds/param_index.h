@@ -45,8 +45,10 @@ struct Param {
   int group = 0;        // optimizer param group
   int sub_group = -1;   // stage-3 sub-group; -1 for stage 1/2
   int step = -1;        // index into TagIndex::steps
-  // fragments[k] = the pieces of state TagIndex::state_names[k], in rank order.
-  std::vector<std::vector<Fragment>> fragments;
+  uint64_t offset = 0;  // stage 3: where its partition starts in its sub-group's flat tensors
+  // Stage 1/2: stored[k] = the pieces of state TagIndex::state_names[k], in rank order, as each
+  // rank's param_slice_mappings place them. Stage 3 computes them (TagIndex::fragments).
+  std::vector<std::vector<Fragment>> stored;
 };
 
 // A tensor stored whole (or as rank partitions) in model-state files: buffers, frozen params.
@@ -87,6 +89,15 @@ struct TagIndex {
   const pt::Node* optim_meta = nullptr;     // dict: loss_scaler, dynamic_loss_scale, overflow, clip_grad, zero_stage, ...
   const pt::Node* param_groups = nullptr;   // list of the source's param groups (with 'params')
 
+  // Stage 3 layout, so that no per-(parameter, rank) record is kept: element 0 of state k of
+  // sub-group s in rank r's optimizer file is at byte flat_offsets[(r * sub_groups + s) * states + k]
+  // of shards[optim_source[r]].
+  size_t sub_groups = 0;
+  std::vector<uint64_t> flat_offsets;
+  std::vector<uint32_t> optim_source;
+
+  // The pieces of state `state` of `p`, in rank order; concatenated they are the flat tensor.
+  std::vector<Fragment> fragments(const Param& p, size_t state) const;
   uint64_t state_bytes() const;             // sum over params and states
   const Param* find(const std::string& name) const;
 };
