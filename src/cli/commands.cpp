@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -16,6 +18,7 @@
 #include "zeromount/fuse/adapter.h"
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/view/export.h"
 
 namespace zm::cli {
 
@@ -33,6 +36,33 @@ int inspect(const std::string& ckpt, const std::string& tag, bool json) {
   }
   auto index = ds::index_tag(tag_dir);
   std::cout << (json ? ds::inspect_json(*index) : ds::inspect_text(*index));
+  return 0;
+}
+
+int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads) {
+  auto view = view::View::open(source);
+  view::ExportOptions o;
+  o.what = what;
+  o.threads = threads;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<int64_t> last_ms{-1000};
+  const bool tty = isatty(2);
+  if (tty)
+    o.progress = [&](uint64_t done, uint64_t total) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const auto ms = int64_t(s * 1000);
+      int64_t prev = last_ms.load();
+      if ((ms - prev < 200 && done < total) || !last_ms.compare_exchange_strong(prev, ms)) return;
+      const double rate = s > 0 ? double(done) / s : 0;
+      const double eta = rate > 0 ? double(total - done) / rate : 0;
+      fprintf(stderr, "\r%5.1f%%  %s of %s  %s/s  ETA %.0f s   ", total ? 100.0 * double(done) / double(total) : 100.0,
+              ds::human_bytes(done).c_str(), ds::human_bytes(total).c_str(), ds::human_bytes(uint64_t(rate)).c_str(), eta);
+    };
+  const auto r = view::export_view(*view, out, o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (tty) fprintf(stderr, "\n");
+  std::cout << "exported " << r.files << " files, " << ds::human_bytes(r.bytes) << " to " << out << " in "
+            << pt::format_double(double(int64_t(s * 1000)) / 1000) << " s\n";
   return 0;
 }
 

@@ -7,6 +7,8 @@ namespace zm::cli {
 
 int inspect(const std::string& ckpt, const std::string& tag, bool json);
 int dump(const std::string& file, bool json);
+// Writes the made-up folders (universal, fp32, params or all) to a new real folder.
+int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads);
 
 struct MountOptions {
   std::string source, mountpoint;

@@ -50,10 +50,19 @@ int main(int argc, char** argv) {
   dump->add_option("file", file, ".pt file")->required();
   dump->add_flag("--json", json, "JSON manifest with tensor metadata and CRCs");
 
+  std::string out, what = "universal";
+  unsigned threads = 2;
+  auto* exp = app.add_subcommand("export", "write the made-up folders to a real folder (no FUSE needed)");
+  exp->add_option("checkpoint", ckpt, "checkpoint folder or tag folder")->required();
+  exp->add_option("out", out, "new folder to create (must not exist)")->required();
+  exp->add_option("--view", what, "universal, fp32, params or all")->capture_default_str();
+  exp->add_option("--threads", threads, "parallel copies")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*inspect) return zm::cli::inspect(ckpt, tag, json);
     if (*dump) return zm::cli::dump(file, json);
+    if (*exp) return zm::cli::export_view(ckpt, out, what, threads);
     if (m.source.empty() || m.mountpoint.empty()) {
       std::cerr << app.help();
       return 2;

@@ -1,0 +1,28 @@
+#pragma once
+// `zeromount export`: the made-up folders of a view written to a real folder, for machines where
+// FUSE is not available. Same VirtualFiles as the mount; bounded memory; all or nothing.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "zeromount/view/view.h"
+
+namespace zm::view {
+
+struct ExportOptions {
+  std::string what = "universal";      // universal, fp32, params or all
+  unsigned threads = 2;
+  size_t chunk = 4u << 20;             // per-thread buffer: memory is threads x chunk
+  std::function<void(uint64_t done, uint64_t total)> progress;  // called from the workers
+};
+
+struct ExportResult {
+  uint64_t files = 0, bytes = 0;
+};
+
+// Writes into a temporary folder beside `out` and renames it to `out` at the end; on any failure
+// the temporary folder is removed and nothing is left. `out` must not exist.
+ExportResult export_view(const View& v, const std::string& out, const ExportOptions& opts);
+
+}  // namespace zm::view

@@ -1,0 +1,120 @@
+#include "zeromount/view/export.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "zeromount/pt/error.h"
+
+namespace zm::view {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool wanted(const Inode& top, const std::string& what) {
+  auto ends = [&](const char* s) {
+    const std::string x = s;
+    return top.name.size() > x.size() && top.name.compare(top.name.size() - x.size(), x.size(), x) == 0;
+  };
+  if (what == "universal") return (top.dir && ends("_universal")) || top.name == "latest_universal";
+  if (what == "fp32") return top.dir && ends("_fp32");
+  if (what == "params") return top.dir && ends("_params");
+  if (what == "all") return (top.dir && (ends("_universal") || ends("_fp32") || ends("_params"))) || top.name == "latest_universal";
+  throw Error("export: unknown view '" + what + "' (universal, fp32, params or all)", EINVAL);
+}
+
+struct Job {
+  const Inode* node;
+  std::string path;
+};
+
+void collect(const View& v, const Inode& n, const std::string& path, std::vector<Job>& files, std::vector<std::string>& dirs) {
+  if (!n.dir) {
+    files.push_back({&n, path});
+    return;
+  }
+  dirs.push_back(path);
+  for (uint64_t c : n.children) collect(v, *v.tree().get(c), path + "/" + v.tree().get(c)->name, files, dirs);
+}
+
+void copy_file(const View& v, const Job& job, std::string& buf, std::atomic<uint64_t>& done, const ExportOptions& o,
+               uint64_t total) {
+  const int fd = ::open(job.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(job.path + ": " + strerror(errno), errno);
+  try {
+    auto content = v.content(*job.node);
+    for (uint64_t off = 0; off < content->size();) {
+      const size_t n = v.read(*content, off, buf.data(), buf.size());
+      for (size_t w = 0; w < n;) {
+        const ssize_t r = ::pwrite(fd, buf.data() + w, n - w, off_t(off + w));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) throw Error(job.path + ": write failed: " + strerror(errno), errno ? errno : EIO);
+        w += size_t(r);
+      }
+      off += n;
+      const uint64_t d = done.fetch_add(n) + n;
+      if (o.progress) o.progress(d, total);
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw Error(job.path + ": close failed: " + strerror(errno), errno);
+}
+
+}  // namespace
+
+ExportResult export_view(const View& v, const std::string& out, const ExportOptions& o) {
+  const fs::path target = fs::absolute(out).lexically_normal();
+  if (fs::exists(target)) throw Error(out + ": already exists; export writes a new folder", EEXIST);
+  const Inode& root = *v.tree().get(Tree::kRoot);
+  std::string tmpl = (target.parent_path() / ("." + target.filename().string() + ".zeromount-XXXXXX")).string();
+  if (!mkdtemp(tmpl.data())) throw Error(out + ": cannot create a folder beside it: " + strerror(errno), errno);
+  const std::string tmp = tmpl;
+  try {
+    std::vector<Job> files;
+    std::vector<std::string> dirs;
+    for (uint64_t c : root.children) {
+      const Inode& top = *v.tree().get(c);
+      if (wanted(top, o.what)) collect(v, top, tmp + "/" + top.name, files, dirs);
+    }
+    if (files.empty()) throw Error("export: the view has no '" + o.what + "' folders (is this a ZeRO checkpoint?)", ENOENT);
+    for (const auto& d : dirs) fs::create_directories(d);
+    uint64_t total = 0;
+    for (const auto& f : files) total += uint64_t(v.attr(*f.node).st_size);
+    std::atomic<size_t> next{0};
+    std::atomic<uint64_t> done{0};
+    std::mutex err_mu;
+    std::exception_ptr err;
+    auto worker = [&] {
+      std::string buf(o.chunk, '\0');
+      for (size_t k; (k = next.fetch_add(1)) < files.size();) {
+        try {
+          copy_file(v, files[k], buf, done, o, total);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (!err) err = std::current_exception();
+          next = files.size();  // stop the others
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < std::max(1u, o.threads); ++t) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+    if (err) std::rethrow_exception(err);
+    fs::rename(tmp, target);
+    return {files.size(), total};
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace zm::view

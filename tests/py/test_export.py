@@ -1,0 +1,65 @@
+"""`zeromount export` (issue 7): the same files as the mount, in a real folder, all or nothing."""
+import os
+import subprocess
+
+import pytest
+import torch
+
+from conftest import FIXTURE_NAMES, FIXTURES, ZEROMOUNT
+from test_browse import read_safetensors
+
+TAG = "global_step3"
+
+
+def export(src, out, *args):
+    return subprocess.run([ZEROMOUNT, "export", src, str(out), *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_universal_export_equals_ds_to_universal(tmp_path, name):
+    out = tmp_path / "exported"
+    r = export(os.path.join(FIXTURES, name, "checkpoint"), out)
+    assert r.returncode == 0, r.stderr
+    assert "exported" in r.stdout
+    assert (out / "latest_universal").read_text() == f"{TAG}_universal"
+    ref = os.path.join(FIXTURES, name, "ds_to_universal", f"{TAG}_universal", "zero")
+    for p in os.listdir(ref):
+        if not os.path.isdir(os.path.join(ref, p)):
+            continue
+        for f in os.listdir(os.path.join(ref, p)):
+            ours = torch.load(out / f"{TAG}_universal" / "zero" / p / f, weights_only=True)
+            theirs = torch.load(os.path.join(ref, p, f), weights_only=True)
+            a = ours["param"] if isinstance(ours, dict) else ours
+            b = theirs["param"] if isinstance(theirs, dict) else theirs
+            assert torch.equal(a.reshape(-1), b.reshape(-1)), (p, f)
+    assert not [e for e in os.listdir(tmp_path) if e.startswith(".")], "no temporary folder left"
+
+
+def test_fp32_export(tmp_path):
+    name = "z3_ws2_fp32_pg2_sg200"
+    r = export(os.path.join(FIXTURES, name, "checkpoint"), tmp_path / "o", "--view", "fp32")
+    assert r.returncode == 0, r.stderr
+    ours = read_safetensors(tmp_path / "o" / f"{TAG}_fp32" / "model.safetensors")
+    theirs = read_safetensors(os.path.join(FIXTURES, name, "zero_to_fp32", "model.safetensors"))
+    assert set(ours) == set(theirs) and all(ours[k].tobytes() == theirs[k].tobytes() for k in ours)
+
+
+def test_existing_target_is_refused(tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "keep").write_text("x")
+    r = export(os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint"), tmp_path / "o")
+    assert r.returncode == 1 and "already exists" in r.stderr
+    assert os.listdir(tmp_path / "o") == ["keep"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tiny tmpfs to run out of space")
+def test_failure_leaves_nothing(tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(small)], check=True)
+    try:
+        r = export(os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint"), small / "o")
+        assert r.returncode == 1 and "No space left" in r.stderr, r.stderr
+        assert os.listdir(small) == [], "a failed export leaves nothing behind"
+    finally:
+        subprocess.run(["umount", str(small)])
