@@ -23,6 +23,7 @@ class Sources : public pt::ByteSource {
   void pread(uint32_t source, uint64_t offset, void* buf, size_t n) const override;
   const std::string& path(uint32_t source) const { return files_.at(source)->file.path(); }
   const struct stat& stat(uint32_t source) const { return files_.at(source)->file.stat(); }
+  int fd(uint32_t source) const { return files_.at(source)->file.fd(); }
   size_t size() const { return files_.size(); }
   // Checks a file against an identity recorded earlier (by the indexer).
   void expect(uint32_t source, uint64_t size, int64_t mtime_ns, uint64_t inode) const;

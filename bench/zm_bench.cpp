@@ -1,0 +1,114 @@
+// Micro-benchmarks of the core (no FUSE): pickle parse throughput, index build time, and
+// VirtualFile reads against plain pread of the same bytes. Prints figures and ratios; asserts nothing.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "zeromount/ds/checkpoint.h"
+#include "zeromount/pt/pt_file.h"
+#include "zeromount/view/view.h"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+std::string tag_dir(const std::string& ckpt) {
+  auto dir = zm::ds::scan_checkpoint(ckpt);
+  return dir.root_is_tag ? dir.root : dir.root + "/" + dir.latest.value_or(dir.tags.at(0));
+}
+
+int parse(const std::string& ckpt) {
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(tag_dir(ckpt)))
+    if (e.path().extension() == ".pt") files.push_back(e.path());
+  uint64_t bytes = 0;
+  const auto t0 = Clock::now();
+  for (const auto& f : files) bytes += zm::pt::load_pt(f)->pickle_size;
+  const double s = secs(t0);
+  printf("parse: %zu files, %.1f MiB of pickles in %.3f s: %.1f MiB/s, %.0f files/s\n", files.size(), bytes / 1048576.0, s,
+         bytes / 1048576.0 / s, files.size() / s);
+  return 0;
+}
+
+int index(const std::string& ckpt, int runs) {
+  std::vector<double> t;
+  size_t params = 0;
+  int dp = 0;
+  for (int k = 0; k < runs; ++k) {
+    const auto t0 = Clock::now();
+    auto ix = zm::ds::index_tag(tag_dir(ckpt));
+    t.push_back(secs(t0));
+    params = ix->params.size();
+    dp = ix->dp;
+  }
+  std::sort(t.begin(), t.end());
+  printf("index: %zu params x %d ranks: median %.3f s (min %.3f, max %.3f) over %d runs\n", params, dp, t[t.size() / 2],
+         t.front(), t.back(), runs);
+  return 0;
+}
+
+// Reads every universal state file of the view through VirtualFile::read, then the same source
+// extents with plain pread, both from the page cache, in the same buffer size.
+int vfile(const std::string& ckpt) {
+  auto v = zm::view::View::open(ckpt);
+  std::vector<std::shared_ptr<const zm::pt::VirtualFile>> files;
+  for (uint64_t i = 1; i <= v->tree().size(); ++i) {
+    const auto& n = *v->tree().get(i);
+    if (!n.dir && n.name.size() > 3 && n.name.substr(n.name.size() - 3) == ".pt" && n.name != "step.pt" &&
+        v->describe(n).find("_universal/zero/") != std::string::npos)
+      files.push_back(v->content(n));
+  }
+  std::string buf(1 << 20, '\0');
+  auto pass_vf = [&] {
+    uint64_t bytes = 0;
+    for (const auto& f : files)
+      for (uint64_t off = 0; off < f->size(); off += buf.size()) bytes += v->read(*f, off, buf.data(), buf.size());
+    return bytes;
+  };
+  auto pass_pread = [&] {
+    uint64_t bytes = 0;
+    for (const auto& f : files)
+      for (const auto& s : f->segments()) {
+        if (s.kind != zm::pt::Segment::Source) continue;
+        const int fd = v->sources().fd(s.source);
+        for (uint64_t at = 0; at < s.length; at += buf.size()) {
+          const size_t n = size_t(std::min<uint64_t>(buf.size(), s.length - at));
+          bytes += uint64_t(::pread(fd, buf.data(), n, off_t(s.offset + at)));
+        }
+      }
+    return bytes;
+  };
+  pass_pread();  // warm the page cache
+  auto t0 = Clock::now();
+  const uint64_t b1 = pass_pread();
+  const double s1 = secs(t0);
+  t0 = Clock::now();
+  const uint64_t b2 = pass_vf();
+  const double s2 = secs(t0);
+  printf("vfile: %zu files; pread of the tensor bytes %.0f MB/s; VirtualFile::read of the whole files %.0f MB/s; ratio %.2f\n",
+         files.size(), b1 / 1e6 / s1, b2 / 1e6 / s2, (b2 / s2) / (b1 / s1));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: zm_bench parse|index|vfile CHECKPOINT [runs]\n");
+    return 2;
+  }
+  const std::string what = argv[1], ckpt = argv[2];
+  if (what == "parse") return parse(ckpt);
+  if (what == "index") return index(ckpt, argc > 3 ? std::stoi(argv[3]) : 5);
+  if (what == "vfile") return vfile(ckpt);
+  return 2;
+}
