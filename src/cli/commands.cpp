@@ -109,8 +109,8 @@ int mount(const MountOptions& o) {
   cfg.threads = o.threads;
   cfg.debug = o.debug;
   const std::string summary = fmt::format(
-      "mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed in {:.3f} s",
-      o.source, mountpoint, s.tags, s.params, s.files, s.shards, ds::human_bytes(s.state_bytes), s.index_seconds);
+      "mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed in {:.3f} s ({} from cache)",
+      o.source, mountpoint, s.tags, s.params, s.files, s.shards, ds::human_bytes(s.state_bytes), s.index_seconds, s.cache_hits);
 
   if (o.foreground || o.debug) {
     return fuse::serve(*view, cfg, [&](const std::string& err) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "zeromount/ds/checkpoint.h"
+#include "zeromount/ds/index_cache.h"
 #include "zeromount/ds/layout.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/browse.h"
@@ -137,7 +138,9 @@ std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& o
   if (dir.root_is_tag) tag_dirs.push_back(dir.root);
   for (const auto& t : dir.tags) tag_dirs.push_back((fs::path(dir.root) / t).string());
   for (const auto& td : tag_dirs) {
-    auto ix = ds::index_tag(td);
+    bool hit = false;
+    auto ix = ds::index_tag_cached(td, &hit);
+    v->stats_.cache_hits += hit;
     auto ts = std::make_unique<TagSource>();
     ts->index = ix.get();
     for (const auto& s : ix->shards) {

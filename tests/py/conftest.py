@@ -24,6 +24,8 @@ BUILD = os.environ.get("ZM_BUILD_DIR", os.path.join(os.path.dirname(os.path.dirn
 ZEROMOUNT = os.environ.get("ZEROMOUNT", os.path.join(BUILD, "zeromount"))
 PT_RESAVE = os.environ.get("PT_RESAVE", os.path.join(BUILD, "tests", "pt_resave"))
 TEST_ROOT = tempfile.mkdtemp(prefix="zm-mounts-")
+# The index cache of every zeromount these tests start goes to a scratch folder, never ~/.cache.
+os.environ.setdefault("XDG_CACHE_HOME", os.path.join(TEST_ROOT, "xdg-cache"))
 
 
 def tree_hash(root):

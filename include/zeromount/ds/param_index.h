@@ -78,7 +78,6 @@ struct TagIndex {
   std::vector<Param> params;
   std::vector<StepValue> steps;          // per group (stage 1/2) or per sub-group (stage 3)
   int num_groups = 0;
-  std::vector<int> sub_group_of_group;   // stage 3: first sub-group id per group (size num_groups + 1)
   std::vector<PlainTensor> frozen;       // frozen params as zero_to_fp32 emits them
   std::vector<PlainTensor> buffers;
   std::vector<std::pair<std::string, std::string>> shared;  // alias -> canonical

@@ -24,7 +24,7 @@ struct ViewOptions {
 };
 
 struct MountStats {
-  size_t tags = 0, params = 0, files = 0, nodes = 0, shards = 0;
+  size_t tags = 0, params = 0, files = 0, nodes = 0, shards = 0, cache_hits = 0;
   uint64_t state_bytes = 0;
   double index_seconds = 0;
 };

@@ -1,0 +1,291 @@
+#include "zeromount/ds/index_cache.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "zeromount/ds/checkpoint.h"
+#include "zeromount/ds/layout.h"
+#include "zeromount/pt/error.h"
+#include "zeromount/pt/pickle_reader.h"
+#include "zeromount/pt/pickle_writer.h"
+#include "zeromount/pt/pt_file.h"
+#include "zeromount/pt/zip_reader.h"
+
+namespace zm::ds {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '1'};
+
+class Out {
+ public:
+  void u64(uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
+  void i64(int64_t v) { u64(uint64_t(v)); }
+  void f64(double v) { s.append(reinterpret_cast<const char*>(&v), 8); }
+  void str(const std::string& v) { u64(v.size()); s += v; }
+  void extent(const pt::Extent& e) { u64(e.source); u64(e.offset); u64(e.length); }
+  void shape(const std::vector<int64_t>& v) { u64(v.size()); for (int64_t d : v) i64(d); }
+  void node(const pt::Node* n) { str(n ? pt::pickle_value(n).pickle : std::string()); }
+  std::string s;
+};
+
+class In {
+ public:
+  explicit In(const std::string& b) : b_(b) {}
+  uint64_t u64() {
+    need(8);
+    uint64_t v;
+    memcpy(&v, b_.data() + at_, 8);
+    at_ += 8;
+    return v;
+  }
+  int64_t i64() { return int64_t(u64()); }
+  double f64() { const uint64_t v = u64(); double d; memcpy(&d, &v, 8); return d; }
+  uint64_t count(uint64_t unit) {  // a length that must fit in what is left
+    const uint64_t n = u64();
+    if (n > (b_.size() - at_) / unit) throw FormatError("index cache: truncated");
+    return n;
+  }
+  std::string str() {
+    const uint64_t n = count(1);
+    std::string s = b_.substr(at_, n);
+    at_ += n;
+    return s;
+  }
+  pt::Extent extent() { pt::Extent e; e.source = uint32_t(u64()); e.offset = u64(); e.length = u64(); return e; }
+  std::vector<int64_t> shape() {
+    std::vector<int64_t> v(count(8));
+    for (auto& d : v) d = i64();
+    return v;
+  }
+  const pt::Node* node(pt::Arena& arena) {
+    const std::string p = str();
+    if (p.empty()) return nullptr;
+    auto none = [](const std::string&, uint64_t) -> uint64_t { throw FormatError("index cache: tensor in metadata"); };
+    return pt::decode_pickle(p, arena, "index cache", none);
+  }
+  bool done() const { return at_ == b_.size(); }
+
+ private:
+  void need(uint64_t n) {
+    if (n > b_.size() - at_) throw FormatError("index cache: truncated");
+  }
+  const std::string& b_;
+  size_t at_ = 0;
+};
+
+void fragments_out(Out& o, const std::vector<Fragment>& v) {
+  o.u64(v.size());
+  for (const auto& f : v) { o.u64(f.rank); o.u64(f.start); o.u64(f.numel); o.extent(f.extent); }
+}
+
+std::vector<Fragment> fragments_in(In& in) {
+  std::vector<Fragment> v(in.count(48));
+  for (auto& f : v) { f.rank = uint32_t(in.u64()); f.start = in.u64(); f.numel = in.u64(); f.extent = in.extent(); }
+  return v;
+}
+
+void plain_out(Out& o, const std::vector<PlainTensor>& v) {
+  o.u64(v.size());
+  for (const auto& t : v) {
+    o.str(t.name);
+    o.u64(uint64_t(t.dtype));
+    o.shape(t.shape);
+    o.u64(t.data.size());
+    for (const auto& e : t.data) o.extent(e);
+  }
+}
+
+std::vector<PlainTensor> plain_in(In& in) {
+  std::vector<PlainTensor> v(in.count(32));
+  for (auto& t : v) {
+    t.name = in.str();
+    t.dtype = pt::DType(in.u64() % 12);
+    t.shape = in.shape();
+    t.data.resize(in.count(24));
+    for (auto& e : t.data) e = in.extent();
+  }
+  return v;
+}
+
+// The shard-like names in a tag folder: a new or vanished rank file makes the entry stale.
+std::string listing(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (parse_shard_name(e.path().filename().string())) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  std::string s;
+  for (const auto& n : names) s += n + "\n";
+  return s;
+}
+
+uint64_t pickle_hash(const std::string& path) {
+  pt::File f(path);
+  pt::ZipReader zip(f);
+  const pt::ZipEntry* pkl = zip.find("data.pkl");
+  if (!pkl) throw FormatError(path + ": no data.pkl");
+  const std::string bytes = zip.read(*pkl, f.size());
+  return pt::hash_bytes(bytes.data(), bytes.size());
+}
+
+bool still_valid(const TagIndex& ix, const std::string& tag_dir) {
+  for (const auto& s : ix.shards) {
+    struct stat st;
+    if (::stat(s.path.c_str(), &st) != 0 || uint64_t(st.st_size) != s.size || uint64_t(st.st_ino) != s.inode ||
+        int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec != s.mtime_ns)
+      return false;
+    if (pickle_hash(s.path) != s.pickle_hash) return false;
+  }
+  return true;
+}
+
+std::string entry_path(const std::string& cache, const std::string& tag_dir) {
+  char h[20];
+  snprintf(h, sizeof h, "%016llx", (unsigned long long)XXH3_64bits(tag_dir.data(), tag_dir.size()));
+  return cache + "/" + h + ".idx";
+}
+
+}  // namespace
+
+std::string serialize_index(const TagIndex& ix) {
+  Out o;
+  o.str(ix.tag); o.str(ix.dir); o.i64(ix.stage); o.i64(ix.dp); o.i64(ix.mp); o.u64(ix.bf16_optimizer);
+  o.u64(uint64_t(ix.master_dtype)); o.str(ix.optim_prefix); o.str(ix.ds_version);
+  o.u64(ix.state_names.size());
+  for (const auto& n : ix.state_names) o.str(n);
+  o.u64(ix.params.size());
+  for (const auto& p : ix.params) {
+    o.str(p.name); o.shape(p.shape); o.u64(p.numel); o.i64(p.group); o.i64(p.sub_group); o.i64(p.step); o.u64(p.offset);
+    o.u64(p.stored.size());
+    for (const auto& f : p.stored) fragments_out(o, f);
+  }
+  o.u64(ix.steps.size());
+  for (const auto& s : ix.steps) { o.u64(s.kind); o.u64(uint64_t(s.dtype)); o.extent(s.extent); o.i64(s.i); o.f64(s.f); }
+  o.i64(ix.num_groups);
+  plain_out(o, ix.frozen);
+  plain_out(o, ix.buffers);
+  o.u64(ix.shared.size());
+  for (const auto& [a, c] : ix.shared) { o.str(a); o.str(c); }
+  o.u64(ix.shards.size());
+  for (const auto& s : ix.shards) { o.str(s.path); o.u64(s.size); o.i64(s.mtime_ns); o.u64(s.inode); o.u64(s.pickle_hash); }
+  o.u64(ix.model_files.size());
+  for (const auto& m : ix.model_files) o.str(m);
+  o.u64(ix.sub_groups);
+  o.u64(ix.flat_offsets.size());
+  for (uint64_t v : ix.flat_offsets) o.u64(v);
+  o.u64(ix.optim_source.size());
+  for (uint32_t v : ix.optim_source) o.u64(v);
+  o.node(ix.optim_meta);
+  o.node(ix.param_groups);
+  o.str(listing(ix.dir));
+  const uint64_t sum = XXH3_64bits(o.s.data(), o.s.size());
+  return std::string(kMagic, 8) + std::string(reinterpret_cast<const char*>(&sum), 8) + o.s;
+}
+
+std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
+  if (bytes.size() < 16 || memcmp(bytes.data(), kMagic, 8) != 0) throw FormatError("index cache: not an index");
+  uint64_t sum;
+  memcpy(&sum, bytes.data() + 8, 8);
+  const std::string body = bytes.substr(16);
+  if (XXH3_64bits(body.data(), body.size()) != sum) throw FormatError("index cache: checksum mismatch");
+  In in(body);
+  auto ix = std::make_unique<TagIndex>();
+  ix->tag = in.str(); ix->dir = in.str(); ix->stage = int(in.i64()); ix->dp = int(in.i64()); ix->mp = int(in.i64());
+  ix->bf16_optimizer = in.u64(); ix->master_dtype = pt::DType(in.u64() % 12); ix->optim_prefix = in.str(); ix->ds_version = in.str();
+  ix->state_names.resize(in.count(8));
+  for (auto& n : ix->state_names) n = in.str();
+  ix->params.resize(in.count(64));
+  for (auto& p : ix->params) {
+    p.name = in.str(); p.shape = in.shape(); p.numel = in.u64(); p.group = int(in.i64()); p.sub_group = int(in.i64());
+    p.step = int(in.i64()); p.offset = in.u64();
+    p.stored.resize(in.count(8));
+    for (auto& f : p.stored) f = fragments_in(in);
+  }
+  ix->steps.resize(in.count(48));
+  for (auto& s : ix->steps) {
+    s.kind = StepValue::Kind(in.u64() % 4); s.dtype = pt::DType(in.u64() % 12); s.extent = in.extent(); s.i = in.i64(); s.f = in.f64();
+  }
+  ix->num_groups = int(in.i64());
+  ix->frozen = plain_in(in);
+  ix->buffers = plain_in(in);
+  ix->shared.resize(in.count(16));
+  for (auto& [a, c] : ix->shared) { a = in.str(); c = in.str(); }
+  ix->shards.resize(in.count(40));
+  for (auto& s : ix->shards) { s.path = in.str(); s.size = in.u64(); s.mtime_ns = in.i64(); s.inode = in.u64(); s.pickle_hash = in.u64(); }
+  ix->model_files.resize(in.count(8));
+  for (auto& m : ix->model_files) m = in.str();
+  ix->sub_groups = in.u64();
+  ix->flat_offsets.resize(in.count(8));
+  for (auto& v : ix->flat_offsets) v = in.u64();
+  ix->optim_source.resize(in.count(8));
+  for (auto& v : ix->optim_source) v = uint32_t(in.u64());
+  ix->optim_meta = in.node(ix->arena);
+  ix->param_groups = in.node(ix->arena);
+  const std::string names = in.str();
+  if (!in.done()) throw FormatError("index cache: trailing bytes");
+  if (names != listing(ix->dir)) throw FormatError("index cache: the tag folder's files changed");
+  // Every extent must name a shard the entry lists.
+  auto check = [&](const pt::Extent& e) {
+    if (e.source >= ix->shards.size()) throw FormatError("index cache: extent of an unknown shard");
+  };
+  for (const auto& p : ix->params)
+    for (const auto& fs_ : p.stored)
+      for (const auto& f : fs_) check(f.extent);
+  for (const auto& s : ix->steps) if (s.kind == StepValue::Tensor) check(s.extent);
+  for (uint32_t v : ix->optim_source) if (v >= ix->shards.size()) throw FormatError("index cache: bad shard id");
+  if (ix->stage == 3 && ix->flat_offsets.size() != size_t(ix->dp) * ix->sub_groups * ix->state_names.size())
+    throw FormatError("index cache: stage-3 layout size");
+  return ix;
+}
+
+std::string index_cache_dir() {
+  const char* off = getenv("ZEROMOUNT_NO_INDEX_CACHE");
+  if (off && *off && strcmp(off, "0") != 0) return "";
+  std::string base;
+  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) base = x;
+  else if (const char* h = getenv("HOME"); h && *h) base = std::string(h) + "/.cache";
+  else return "";
+  return base + "/zeromount";
+}
+
+std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit) {
+  if (hit) *hit = false;
+  const std::string cache = index_cache_dir();
+  if (cache.empty()) return index_tag(tag_dir);
+  const std::string dir = fs::canonical(tag_dir).string();
+  const std::string entry = entry_path(cache, dir);
+  try {
+    std::ifstream in(entry, std::ios::binary);
+    if (in) {
+      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      auto ix = deserialize_index(bytes);
+      if (ix->dir == dir && still_valid(*ix, dir)) {
+        if (hit) *hit = true;
+        return ix;
+      }
+      spdlog::info("{}: index cache is stale; indexing again", dir);
+    }
+  } catch (const std::exception& e) {
+    spdlog::info("{}: index cache not used ({}); indexing again", dir, e.what());
+  }
+  auto ix = index_tag(dir);
+  try {
+    fs::create_directories(cache);
+    const std::string tmp = entry + ".tmp." + std::to_string(getpid());
+    std::ofstream(tmp, std::ios::binary | std::ios::trunc) << serialize_index(*ix);
+    fs::rename(tmp, entry);
+  } catch (const std::exception& e) {
+    spdlog::debug("{}: cannot write the index cache: {}", dir, e.what());
+  }
+  return ix;
+}
+
+}  // namespace zm::ds
