@@ -1,6 +1,7 @@
 #include "commands.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -99,6 +100,7 @@ int mount(const MountOptions& o) {
   view::ViewOptions vo;
   vo.bare_zero3_tensors = o.bare_zero3_tensors;
   auto view = view::View::open(o.source, vo);
+  malloc_trim(0);  // give back what decoding the pickles used, before the server inherits it
   const auto& s = view->stats();
   fuse::MountConfig cfg;
   cfg.mountpoint = mountpoint;

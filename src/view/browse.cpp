@@ -192,48 +192,36 @@ pt::VirtualFile param_npy(const TagSource& t, const ds::Param& p, size_t state) 
 
 pt::VirtualFile model_safetensors(const TagSource& t) {
   const ds::TagIndex& ix = *t.index;
-  struct Entry {
-    std::string name;
+  // Two passes over small records (the header, then the data extents), so that the only large
+  // thing built is the VirtualFile itself: one segment per (parameter, rank) piece.
+  struct Item {
+    const std::string* name;
     pt::DType dtype;
-    std::vector<int64_t> shape;
-    std::vector<pt::Extent> data;
+    const std::vector<int64_t>* shape;
     uint64_t bytes;
+    const ds::Param* param;
+    const ds::PlainTensor* plain;
   };
-  std::vector<Entry> entries;
-  auto cut = [&](std::vector<pt::Extent> data, uint64_t bytes) {  // frozen ZeRO-3 partitions carry padding
-    std::vector<pt::Extent> out;
-    for (auto e : data) {
-      if (bytes == 0) break;
-      e.length = std::min(e.length, bytes);
-      bytes -= e.length;
-      out.push_back(t.map(e));
-    }
-    return out;
-  };
+  std::vector<Item> items;
   const size_t es = pt::element_size(ix.master_dtype);
-  for (const auto& p : ix.params) {
-    std::vector<pt::Extent> d;
-    for (const auto& f : ix.fragments(p, 0)) d.push_back(f.extent);
-    entries.push_back({p.name, ix.master_dtype, p.shape, cut(d, p.numel * es), p.numel * es});
-  }
+  for (const auto& p : ix.params) items.push_back({&p.name, ix.master_dtype, &p.shape, p.numel * es, &p, nullptr});
   for (const auto* list : {&ix.frozen, &ix.buffers})
-    for (const auto& f : *list) {
-      const uint64_t bytes = f.numel() * pt::element_size(f.dtype);
-      entries.push_back({f.name, f.dtype, f.shape, cut(f.data, bytes), bytes});
-    }
+    for (const auto& f : *list) items.push_back({&f.name, f.dtype, &f.shape, f.numel() * pt::element_size(f.dtype), nullptr, &f});
+  const size_t own = items.size();
   for (const auto& [alias, canon] : ix.shared)
-    for (size_t k = 0; k < entries.size(); ++k)
-      if (entries[k].name == canon) {
-        Entry copy = entries[k];
-        copy.name = alias;
-        entries.push_back(std::move(copy));
+    for (size_t k = 0; k < own; ++k)
+      if (*items[k].name == canon) {
+        Item copy = items[k];
+        copy.name = &alias;
+        items.push_back(copy);
         break;
       }
   std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
   uint64_t at = 0;
-  for (const auto& e : entries) {
-    header += "," + pt::json_escape(e.name) + ":{\"dtype\":\"" + std::string(pt::safetensors_name(e.dtype)) + "\",\"shape\":" +
-              shape_text(e.shape) + ",\"data_offsets\":[" + std::to_string(at) + "," + std::to_string(at + e.bytes) + "]}";
+  for (const auto& e : items) {
+    header += "," + pt::json_escape(*e.name) + ":{\"dtype\":\"" + std::string(pt::safetensors_name(e.dtype)) +
+              "\",\"shape\":" + shape_text(*e.shape) + ",\"data_offsets\":[" + std::to_string(at) + "," +
+              std::to_string(at + e.bytes) + "]}";
     at += e.bytes;
   }
   header += "}";
@@ -241,9 +229,22 @@ pt::VirtualFile model_safetensors(const TagSource& t) {
   std::string len(8, '\0');
   for (int k = 0; k < 8; ++k) len[size_t(k)] = char(uint64_t(header.size()) >> (8 * k));
   pt::VirtualFile f;
+  size_t pieces = 1;
+  for (const auto& e : items) pieces += e.param ? ix.fragments(*e.param, 0).size() : e.plain->data.size();
+  f.reserve(pieces);
   f.append_inline(len + header);
-  for (const auto& e : entries)
-    for (const auto& x : e.data) f.append_extent(x);
+  for (const auto& e : items) {
+    uint64_t left = e.bytes;  // frozen ZeRO-3 partitions end in padding: cut to the tensor's size
+    auto add = [&](pt::Extent x) {
+      x.length = std::min(x.length, left);
+      left -= x.length;
+      f.append_extent(t.map(x));
+    };
+    if (e.param)
+      for (const auto& fr : ix.fragments(*e.param, 0)) add(fr.extent);
+    else
+      for (const auto& x : e.plain->data) add(x);
+  }
   return f;
 }
 

@@ -32,6 +32,7 @@ class VirtualFile {
   void append_inline(std::string_view bytes);
   void append_extent(const Extent& e);
   void append_zero(uint64_t n);
+  void reserve(size_t segments) { segs_.reserve(segments); }  // avoids doubling a large file's table
 
   uint64_t size() const { return size_; }
   const std::vector<Segment>& segments() const { return segs_; }
