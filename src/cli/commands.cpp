@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "daemon.h"
 #include "zeromount/ds/checkpoint.h"
@@ -114,18 +115,31 @@ int mount(const MountOptions& o) {
       "mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed in {:.3f} s ({} from cache)",
       o.source, mountpoint, s.tags, s.params, s.files, s.shards, ds::human_bytes(s.state_bytes), s.index_seconds, s.cache_hits);
 
+  auto tune = [&] {
+    if (o.read_ahead_kb && !set_read_ahead(mountpoint, o.read_ahead_kb))
+      spdlog::debug("{}: read_ahead_kb left as is (needs root)", mountpoint);
+  };
   if (o.foreground || o.debug) {
-    return fuse::serve(*view, cfg, [&](const std::string& err) {
-      if (err.empty()) spdlog::info("{}", summary);
-      else spdlog::error("{}", err);
+    std::thread tuner;
+    const int rc = fuse::serve(*view, cfg, [&](const std::string& err) {
+      if (!err.empty()) return spdlog::error("{}", err);
+      spdlog::info("{}", summary);
+      tuner = std::thread([&] {  // after INIT: the first stat waits for it
+        struct stat st;
+        if (::stat(mountpoint.c_str(), &st) == 0) tune();
+      });
     });
+    if (tuner.joinable()) tuner.join();
+    return rc;
   }
-  return run_in_background(mountpoint, [&](const std::function<void(const std::string&)>& mounted) {
+  const int rc = run_in_background(mountpoint, [&](const std::function<void(const std::string&)>& mounted) {
     return fuse::serve(*view, cfg, [&](const std::string& err) {
       if (err.empty()) spdlog::info("{}", summary);
       mounted(err);
     });
   });
+  if (rc == 0) tune();
+  return rc;
 }
 
 }  // namespace zm::cli

@@ -18,6 +18,7 @@ struct MountOptions {
   std::string log_level = "info";
   unsigned threads = 0;                 // 0: libfuse's default
   bool bare_zero3_tensors = false;      // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
+  unsigned read_ahead_kb = 1024;        // 0: leave the kernel's 128 KiB
 };
 int mount(const MountOptions& opts);
 

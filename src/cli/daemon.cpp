@@ -120,6 +120,21 @@ bool is_mounted(const std::string& mountpoint) {
   return false;
 }
 
+bool set_read_ahead(const std::string& mountpoint, unsigned kb) {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string id, parent, dev, root, point;
+    f >> id >> parent >> dev >> root >> point;
+    if (unescape(point) != mountpoint) continue;
+    std::ofstream ra("/sys/class/bdi/" + dev + "/read_ahead_kb");
+    ra << kb << "\n";
+    ra.flush();
+    return bool(ra);
+  }
+  return false;
+}
+
 int run_in_background(const std::string& mountpoint, const Serve& serve) {
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) {

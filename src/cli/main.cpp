@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   app.add_flag("-d,--debug", m.debug, "libfuse debug output (implies -f)");
   app.add_option("--log-level", m.log_level, "trace, debug, info, warn, error")->capture_default_str();
   app.add_option("--threads", m.threads, "FUSE worker threads (default: libfuse's)");
+  app.add_option("--read-ahead-kb", m.read_ahead_kb, "mount readahead in KiB (root only; 0 leaves 128)")->capture_default_str();
   app.add_flag("--bare-zero3-tensors", m.bare_zero3_tensors,
                "write universal param files of ZeRO-3 sources as bare tensors (DeepSpeed < 0.19.3 targets)");
 
