@@ -9,7 +9,8 @@ SECS=${1:-60}
 CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZM_FUZZ=ON -DZM_TORCH_TESTS=OFF >/dev/null
 cmake --build build-fuzz --target fuzz_pt fuzz_pickle fuzz_index -j"$(nproc)"
 for t in pt pickle index; do
-  corpus=tests/fuzz/corpus/$t
+  corpus=build-fuzz/corpus/$t
+  rm -rf "$corpus" && mkdir -p build-fuzz/corpus && tar -xJf "tests/fuzz/corpus/$t.tar.xz" -C build-fuzz/corpus
   scratch=$(mktemp -d)
   mkdir -p "build-fuzz/crashes-$t"
   echo "== fuzz_$t: replaying $(ls "$corpus" | wc -l) corpus inputs"
