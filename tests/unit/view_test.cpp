@@ -2,9 +2,12 @@
 // sizes are exact, partial reads agree with whole reads, and real files pass through unchanged.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "helpers.h"
 #include "zeromount/ds/field.h"
@@ -163,6 +166,50 @@ TEST(ViewTag, TagFolderMountedAloneBecomesACheckpoint) {
   EXPECT_EQ(content_of(*v, at(*v, "/latest")), "global_step3");
   EXPECT_NO_THROW(at(*v, "/global_step3/mp_rank_00_model_states.pt"));
   EXPECT_NO_THROW(at(*v, "/global_step3_universal/zero/fc1.weight/fp32.pt"));
+}
+
+}  // namespace
+}  // namespace zm::test
+
+namespace zm::test {
+namespace {
+
+// Many threads through the shared parts of a View (built-file cache, lazily filled sizes, shard
+// identity checks) must see exactly the bytes one thread sees. Bounded in time; run it under
+// ZM_TSAN to check the locking.
+TEST(ViewConcurrency, SixteenThreadsReadRandomRanges) {
+  view::ViewOptions tiny;
+  tiny.cache_bytes = 4096;  // constant eviction: the cache's worst case
+  auto v = view::View::open(kFixtures + "/z3_ws2_fp32_pg2_sg200/checkpoint", tiny);
+  std::vector<const view::Inode*> files;
+  std::vector<std::string> whole;
+  auto ref = view::View::open(kFixtures + "/z3_ws2_fp32_pg2_sg200/checkpoint");
+  for (uint64_t i = 1; i <= ref->tree().size(); ++i)
+    if (!ref->tree().get(i)->dir) {
+      files.push_back(v->tree().get(i));
+      whole.push_back(content_of(*ref, *ref->tree().get(i)));
+    }
+  std::atomic<size_t> reads{0}, bad{0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::string buf;
+      while (std::chrono::steady_clock::now() < deadline) {
+        const size_t k = rng() % files.size();
+        const uint64_t size = uint64_t(v->attr(*files[k]).st_size);
+        auto c = v->content(*files[k]);
+        const uint64_t off = rng() % (size + 1), len = 1 + rng() % 5000;
+        buf.assign(len, '\0');
+        buf.resize(v->read(*c, off, buf.data(), len));
+        if (size != whole[k].size() || buf != whole[k].substr(off, len)) ++bad;
+        ++reads;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(reads.load(), 1000u);
 }
 
 }  // namespace
