@@ -130,7 +130,7 @@ def build_benchfs(work):
     return exe
 
 
-def benchfs_read(exe, backing, work, keep_cache):
+def benchfs_read(exe, backing, work, keep_cache, read_ahead_kb=0):
     m = tempfile.mkdtemp(dir=work, prefix="bfs-")
     args = [exe, m, f"--backing={backing}", "-f", "--mode=copy"] + (["--keep_cache"] if keep_cache else [])
     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -139,6 +139,11 @@ def benchfs_read(exe, backing, work, keep_cache):
             if mounted(m):
                 break
             time.sleep(0.02)
+        os.stat(m)  # after INIT
+        if read_ahead_kb:
+            dev = [l.split()[2] for l in open("/proc/self/mountinfo") if l.split()[4] == m][0]
+            with open(f"/sys/class/bdi/{dev}/read_ahead_kb", "w") as f:
+                f.write(str(read_ahead_kb))
         first = cat([os.path.join(m, "data0")])
         second = cat([os.path.join(m, "data0")]) if keep_cache else None
         return first, second
@@ -152,7 +157,9 @@ def full_read(ckpt, work, label, exe, backing):
     """1: every file of <T>_universal through the mount, first and second pass, vs benchfs."""
     warm(ckpt)
     direct = cat(glob.glob(os.path.join(ckpt, "*", "*optim_states.pt")))
-    bfs_first, _ = benchfs_read(exe, backing, work, keep_cache=False)
+    bfs_default, _ = benchfs_read(exe, backing, work, keep_cache=False)
+    bfs_ra, _ = benchfs_read(exe, backing, work, keep_cache=False, read_ahead_kb=1024)
+    bfs_first = max(bfs_default, bfs_ra, key=lambda r: mbps(*r))  # the stricter ceiling
     _, bfs_second = benchfs_read(exe, backing, work, keep_cache=True)
     with Mount(ckpt, work) as mt:
         files = files_under(os.path.join(mt.m, "global_step3_universal"))
@@ -160,7 +167,8 @@ def full_read(ckpt, work, label, exe, backing):
         second = cat(files)
         rss = mt.rss()
     row(f"{label}: universal read, 1st pass (cat)", f"{mbps(*first):.0f} MB/s",
-        f"{first[0] / 2**30:.2f} GiB in {len(files)} files; benchfs 1st {mbps(*bfs_first):.0f} MB/s -> "
+        f"{first[0] / 2**30:.2f} GiB in {len(files)} files; benchfs 1st {mbps(*bfs_default):.0f} MB/s "
+        f"(read_ahead_kb 1024: {mbps(*bfs_ra):.0f}) -> "
         f"**{mbps(*first) / mbps(*bfs_first):.2f}x** of the FUSE ceiling; direct cat of shards {mbps(*direct):.0f} MB/s "
         f"-> {mbps(*first) / mbps(*direct):.2f}x")
     row(f"{label}: universal read, 2nd pass (keep_cache)", f"{mbps(*second):.0f} MB/s",
@@ -169,28 +177,39 @@ def full_read(ckpt, work, label, exe, backing):
     row(f"{label}: daemon peak RSS, full read", f"{rss:.0f} MiB", "VmHWM of the serving process")
     with Mount(ckpt, work) as mt:
         files = [f for f in files_under(os.path.join(mt.m, "global_step3_universal")) if f.endswith(".pt")]
-        code = ("import sys, time, torch; t=time.time(); n=0\n"
+        code = ("import dsstub, sys, time, torch; t=time.time(); n=0\n"
                 "for p in sys.argv[1:]:\n    torch.load(p, weights_only=False); n+=1\n"
                 "print(time.time()-t)")
-        secs = float(subprocess.run(["/usr/bin/python3", "-c", code, *files], check=True, capture_output=True, text=True,
-                                    env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "py"))).stdout.split()[-1])
+        r = subprocess.run(["/usr/bin/python3", "-c", code, *files], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "py")))
+        if r.returncode != 0:
+            raise RuntimeError("torch.load pass failed: " + r.stderr[-2000:])
+        secs = float(r.stdout.split()[-1])
         row(f"{label}: universal read as torch.load, 1st pass", f"{mbps(first[0], secs):.0f} MB/s", f"{len(files)} files in {secs:.2f} s")
     return first
 
 
-def zero3_pattern(ckpt, work, label, W, one_read):
-    """2: W readers each read every state file of every parameter (ZeRO-3's universal load)."""
+def zero3_pattern(ckpt, work, label, W):
+    """2: W readers each read every state file of every parameter (ZeRO-3's universal load),
+    against one reader reading them once, both on a fresh mount."""
+    code = "import sys\nfor p in sys.argv[1:]:\n    open(p,'rb').read()\n"
+
+    def state_files(m):
+        return [f for f in files_under(os.path.join(m, "global_step3_universal", "zero")) if not f.endswith("step.pt")]
+
     with Mount(ckpt, work) as mt:
-        files = [f for f in files_under(os.path.join(mt.m, "global_step3_universal", "zero")) if not f.endswith("step.pt")]
-        code = "import sys\nfor p in sys.argv[1:]:\n    open(p,'rb').read()\n"
+        one = cat(state_files(mt.m))
+    with Mount(ckpt, work) as mt:
+        files = state_files(mt.m)
         t0 = time.time()
         procs = [subprocess.Popen(["/usr/bin/python3", "-c", code, *random.Random(k).sample(files, len(files))]) for k in range(W)]
         for p in procs:
             p.wait()
         secs = time.time() - t0
         rss = mt.rss()
-    row(f"{label}: ZeRO-3 load pattern, {W} readers x every file", f"{secs:.2f} s",
-        f"one full read {one_read[1]:.2f} s -> **{secs / one_read[1]:.2f}x** (target <= 1.5x); daemon peak RSS {rss:.0f} MiB")
+    row(f"{label}: ZeRO-3 load pattern, {W} readers x every state file", f"{secs:.2f} s",
+        f"one reader once: {one[1]:.2f} s -> **{secs / one[1]:.2f}x** (target <= 1.5x); {W} x {one[0] / 2**30:.2f} GiB delivered at "
+        f"{mbps(W * one[0], secs):.0f} MB/s in total; daemon peak RSS {rss:.0f} MiB")
 
 
 def readiness(ckpt, work, label, runs=5):
@@ -245,9 +264,9 @@ def export(ckpt, work, label):
     r = subprocess.run(["/usr/bin/time", "-f", "%M", ZM, "export", ckpt, out], check=True, capture_output=True, text=True)
     secs = time.time() - t0
     rss = int(r.stderr.strip().splitlines()[-1]) / 1024
-    size = sum(os.path.getsize(f) for f in files_under(out))
+    size = sum(os.stat(f).st_size for f in files_under(out) if os.stat(f).st_nlink == 1 or f.endswith("mp_rank_00_model_states.pt"))
     shutil.rmtree(out)
-    row(f"{label}: zeromount export (universal)", f"{secs:.2f} s", f"peak RSS {rss:.0f} MiB; extra disk {size / 2**30:.2f} GiB (the output)")
+    row(f"{label}: zeromount export (universal)", f"{secs:.2f} s", f"peak RSS {rss:.0f} MiB; extra disk {size / 2**30:.2f} GiB (the output; model-state aliases are hard links)")
     return secs
 
 
@@ -319,16 +338,25 @@ def main():
     for ck, lab in ((big3, "ZeRO-3 W=8 large"), (big2, "ZeRO-2 W=8 large")):
         out = sh(ZMB, "index", ck, "5").strip()
         row(f"{lab}: index build", out.split("median ")[1].split()[0] + " s", out + " (time follows the pickles, not the tensors)")
-        backing = max(glob.glob(os.path.join(ck, "*", "*optim_states.pt")), key=os.path.getsize)
+        # benchfs serves one file of as many bytes as the optimizer shards hold, so that both sides
+        # fill the same amount of FUSE page cache (reading 4 GiB is slower than 0.5 GiB on any FUSE fs).
+        backing = os.path.join(a.work, "backing-" + os.path.basename(ck))
+        if not os.path.exists(backing):
+            with open(backing, "wb") as out:
+                for f in sorted(glob.glob(os.path.join(ck, "*", "*optim_states.pt"))):
+                    with open(f, "rb") as src:
+                        shutil.copyfileobj(src, out, 1 << 24)
         one = full_read(ck, a.work, lab, exe, backing)
         print(sh(ZMB, "vfile", ck).strip())
-        zero3_pattern(ck, a.work, lab, 8, one)
+        zero3_pattern(ck, a.work, lab, 8)
         safetensors_stream(ck, a.work, lab)
     secs_export = export(big2, a.work, "ZeRO-2 W=8 large")
     with Mount(big2, a.work) as mt:
-        n, s = cat(files_under(os.path.join(mt.m, "global_step3_universal")))
+        # What ds_to_universal.py writes: zero/ and one copy of the model states.
+        u = os.path.join(mt.m, "global_step3_universal")
+        n, s = cat(files_under(os.path.join(u, "zero")) + [os.path.join(u, "mp_rank_00_model_states.pt")])
         row("ZeRO-2 W=8 large: mount + full universal read", f"{mt.mount_seconds + s:.2f} s",
-            f"peak RSS {mt.rss():.0f} MiB; extra disk 0")
+            f"{n / 2**30:.2f} GiB (zero/ and the model states, what ds_to_universal.py writes); peak RSS {mt.rss():.0f} MiB; extra disk 0")
     conv = converter("/" + os.path.relpath(big2, ORACLE_ROOTFS), big2, a.work, "ZeRO-2 W=8 large")
     if conv:
         row("converter vs mount + full read", f"{conv / (mt.mount_seconds + s):.1f}x faster", f"export: {conv / secs_export:.1f}x faster")

@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <map>
+#include <tuple>
 #include <mutex>
 #include <thread>
 
@@ -32,6 +35,7 @@ bool wanted(const Inode& top, const std::string& what) {
 struct Job {
   const Inode* node;
   std::string path;
+  std::string link_to;  // the same bytes were already exported there: hard-link instead of copying
 };
 
 void collect(const View& v, const Inode& n, const std::string& path, std::vector<Job>& files, std::vector<std::string>& dirs) {
@@ -86,8 +90,20 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
     }
     if (files.empty()) throw Error("export: the view has no '" + o.what + "' folders (is this a ZeRO checkpoint?)", ENOENT);
     for (const auto& d : dirs) fs::create_directories(d);
+    // The model-state names of a universal folder are one source file under W + 1 names: write
+    // it once and hard-link the rest, as a copy of the folder would not.
+    std::map<std::tuple<uint32_t, uint64_t, uint64_t>, std::string> whole_files;
+    for (auto& f : files) {
+      auto c = v.content(*f.node);
+      const auto& segs = c->segments();
+      if (segs.size() != 1 || segs[0].kind != pt::Segment::Source || segs[0].offset != 0) continue;
+      auto [it, fresh] = whole_files.try_emplace({segs[0].source, segs[0].offset, segs[0].length}, f.path);
+      if (!fresh) f.link_to = it->second;
+    }
+    std::stable_partition(files.begin(), files.end(), [](const Job& j) { return j.link_to.empty(); });
     uint64_t total = 0;
-    for (const auto& f : files) total += uint64_t(v.attr(*f.node).st_size);
+    for (const auto& f : files)
+      if (f.link_to.empty()) total += uint64_t(v.attr(*f.node).st_size);
     std::atomic<size_t> next{0};
     std::atomic<uint64_t> done{0};
     std::mutex err_mu;
@@ -95,6 +111,7 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
     auto worker = [&] {
       std::string buf(o.chunk, '\0');
       for (size_t k; (k = next.fetch_add(1)) < files.size();) {
+        if (!files[k].link_to.empty()) continue;
         try {
           copy_file(v, files[k], buf, done, o, total);
         } catch (...) {
@@ -108,6 +125,9 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
     for (unsigned t = 0; t < std::max(1u, o.threads); ++t) pool.emplace_back(worker);
     for (auto& t : pool) t.join();
     if (err) std::rethrow_exception(err);
+    for (const auto& f : files)
+      if (!f.link_to.empty() && ::link(f.link_to.c_str(), f.path.c_str()) != 0)
+        throw Error(f.path + ": cannot link: " + strerror(errno), errno);
     fs::rename(tmp, target);
     return {files.size(), total};
   } catch (...) {

@@ -33,6 +33,9 @@ def test_universal_export_equals_ds_to_universal(tmp_path, name):
             b = theirs["param"] if isinstance(theirs, dict) else theirs
             assert torch.equal(a.reshape(-1), b.reshape(-1)), (p, f)
     assert not [e for e in os.listdir(tmp_path) if e.startswith(".")], "no temporary folder left"
+    u = out / f"{TAG}_universal"
+    # One source file under several model-state names is written once and hard-linked.
+    assert os.stat(u / "mp_rank_00_model_states.pt").st_ino == os.stat(u / "zero_pp_rank_0_mp_rank_00_model_states.pt").st_ino
 
 
 def test_fp32_export(tmp_path):

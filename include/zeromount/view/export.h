@@ -21,7 +21,8 @@ struct ExportResult {
   uint64_t files = 0, bytes = 0;
 };
 
-// Writes into a temporary folder beside `out` and renames it to `out` at the end; on any failure
+// Files that are one whole real file under several names (the model-state aliases) are written
+// once and hard-linked. Writes into a temporary folder beside `out` and renames it to `out` at the end; on any failure
 // the temporary folder is removed and nothing is left. `out` must not exist.
 ExportResult export_view(const View& v, const std::string& out, const ExportOptions& opts);
 
