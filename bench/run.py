@@ -264,7 +264,7 @@ def export(ckpt, work, label):
     r = subprocess.run(["/usr/bin/time", "-f", "%M", ZM, "export", ckpt, out], check=True, capture_output=True, text=True)
     secs = time.time() - t0
     rss = int(r.stderr.strip().splitlines()[-1]) / 1024
-    size = sum(os.stat(f).st_size for f in files_under(out) if os.stat(f).st_nlink == 1 or f.endswith("mp_rank_00_model_states.pt"))
+    size = sum({os.stat(f).st_ino: os.stat(f).st_size for f in files_under(out)}.values())  # hard links once
     shutil.rmtree(out)
     row(f"{label}: zeromount export (universal)", f"{secs:.2f} s", f"peak RSS {rss:.0f} MiB; extra disk {size / 2**30:.2f} GiB (the output; model-state aliases are hard links)")
     return secs
