@@ -75,6 +75,25 @@ def mount(src, *extra, expect_fail=False):
         unmount(mnt)
 
 
+def run_in_threads(target, n):
+    """Runs target(k) for k in 0..n-1 in n threads; returns the exceptions they raised."""
+    import threading
+    errors = []
+
+    def guarded(k):
+        try:
+            target(k)
+        except Exception as e:  # reported to the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 @pytest.fixture(scope="session", autouse=True)
 def source_never_written():
     """The fixtures are hashed before and after the whole session: nothing may change them."""

@@ -5,13 +5,12 @@ import errno
 import hashlib
 import os
 import random
-import threading
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURE_NAMES, FIXTURES, mount
+from conftest import FIXTURE_NAMES, FIXTURES, mount, run_in_threads
 
 TAG = "global_step3"
 
@@ -146,26 +145,18 @@ def test_random_chunks_equal_whole_reads(mnt):
 def test_eight_concurrent_readers_agree(mnt):
     _, m = mnt
     files = sorted(all_files(m))
-    digests, errors = [], []
+    digests = []
 
     def reader(seed):
-        try:
-            order = files[:]
-            random.Random(seed).shuffle(order)
-            d = {}
-            for p in order:
-                with open(p, "rb") as fh:
-                    d[p] = hashlib.sha256(fh.read()).hexdigest()
-            digests.append(d)
-        except Exception as e:  # surfaced below
-            errors.append(e)
+        order = files[:]
+        random.Random(seed).shuffle(order)
+        d = {}
+        for p in order:
+            with open(p, "rb") as fh:
+                d[p] = hashlib.sha256(fh.read()).hexdigest()
+        digests.append(d)
 
-    threads = [threading.Thread(target=reader, args=(s,)) for s in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert not run_in_threads(reader, 8)
     assert len(digests) == 8 and all(d == digests[0] for d in digests)
 
 

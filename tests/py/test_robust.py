@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from conftest import FIXTURES, ZEROMOUNT, mount, mounted_paths
+from conftest import FIXTURES, ZEROMOUNT, mount, mounted_paths, run_in_threads
 
 TAG = "global_step3"
 KILLS = int(os.environ.get("ZM_KILLS", "25"))  # 500+ by hand: ZM_KILLS=500 pytest -k kill
@@ -120,32 +120,25 @@ def test_sixteen_readers_random_ranges():
         for p in files:
             with open(p, "rb") as f:
                 expected[p] = f.read()
-        errors, reads = [], [0] * 16
+        mismatches, reads = [], [0] * 16
         deadline = time.time() + float(os.environ.get("ZM_STRESS_SECONDS", "5"))
 
         def reader(k):
             rng = random.Random(k)
-            try:
-                while time.time() < deadline:
-                    p = rng.choice(files)
-                    fd = os.open(p, os.O_RDONLY)
-                    try:
-                        for _ in range(20):
-                            off = rng.randrange(len(expected[p]) + 1)
-                            ln = rng.randrange(1, 200000)
-                            if os.pread(fd, ln, off) != expected[p][off:off + ln]:
-                                errors.append((p, off, ln))
-                            reads[k] += 1
-                    finally:
-                        os.close(fd)
-            except Exception as e:  # surfaced below
-                errors.append(e)
+            while time.time() < deadline:
+                p = rng.choice(files)
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    for _ in range(20):
+                        off = rng.randrange(len(expected[p]) + 1)
+                        ln = rng.randrange(1, 200000)
+                        if os.pread(fd, ln, off) != expected[p][off:off + ln]:
+                            mismatches.append((p, off, ln))
+                        reads[k] += 1
+                finally:
+                    os.close(fd)
 
-        threads = [threading.Thread(target=reader, args=(k,)) for k in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = run_in_threads(reader, 16) + mismatches
         assert not errors, errors[:5]
         assert sum(reads) > 1000
         print(f"16 readers: {sum(reads)} random reads, all equal")
