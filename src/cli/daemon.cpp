@@ -109,30 +109,31 @@ void detach_stdio() {
 
 }  // namespace
 
-bool is_mounted(const std::string& mountpoint) {
+namespace {
+
+// The "major:minor" of the mount at `mountpoint`, or "" when nothing is mounted there.
+std::string mount_device(const std::string& mountpoint) {
   std::ifstream in("/proc/self/mountinfo");
   for (std::string line; std::getline(in, line);) {
     std::istringstream f(line);
     std::string id, parent, dev, root, point;
     f >> id >> parent >> dev >> root >> point;
-    if (unescape(point) == mountpoint) return true;
+    if (unescape(point) == mountpoint) return dev;
   }
-  return false;
+  return "";
 }
 
+}  // namespace
+
+bool is_mounted(const std::string& mountpoint) { return !mount_device(mountpoint).empty(); }
+
 bool set_read_ahead(const std::string& mountpoint, unsigned kb) {
-  std::ifstream in("/proc/self/mountinfo");
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream f(line);
-    std::string id, parent, dev, root, point;
-    f >> id >> parent >> dev >> root >> point;
-    if (unescape(point) != mountpoint) continue;
-    std::ofstream ra("/sys/class/bdi/" + dev + "/read_ahead_kb");
-    ra << kb << "\n";
-    ra.flush();
-    return bool(ra);
-  }
-  return false;
+  const std::string dev = mount_device(mountpoint);
+  if (dev.empty()) return false;
+  std::ofstream ra("/sys/class/bdi/" + dev + "/read_ahead_kb");
+  ra << kb << "\n";
+  ra.flush();
+  return bool(ra);
 }
 
 int run_in_background(const std::string& mountpoint, const Serve& serve) {

@@ -136,7 +136,7 @@ uint64_t pickle_hash(const std::string& path) {
   return pt::hash_bytes(bytes.data(), bytes.size());
 }
 
-bool still_valid(const TagIndex& ix, const std::string& tag_dir) {
+bool still_valid(const TagIndex& ix) {
   for (const auto& s : ix.shards) {
     struct stat st;
     if (::stat(s.path.c_str(), &st) != 0 || uint64_t(st.st_size) != s.size || uint64_t(st.st_ino) != s.inode ||
@@ -267,7 +267,7 @@ std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit
     if (in) {
       const std::string bytes((std::istreambuf_iterator<char>(in)), {});
       auto ix = deserialize_index(bytes);
-      if (ix->dir == dir && still_valid(*ix, dir)) {
+      if (ix->dir == dir && still_valid(*ix)) {
         if (hit) *hit = true;
         return ix;
       }

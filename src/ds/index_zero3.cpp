@@ -10,11 +10,6 @@ namespace zm::ds {
 
 namespace {
 
-uint64_t valid_on_rank(uint64_t n, uint64_t part, int rank) {
-  const uint64_t begin = part * uint64_t(rank);
-  return begin >= n ? 0 : std::min(part, n - begin);
-}
-
 const pt::Node* copy_meta(pt::Arena& arena, const Field& osd) {
   pt::Node* meta = arena.make(pt::Kind::Dict);
   for (const auto& [k, v] : osd.node()->entries)

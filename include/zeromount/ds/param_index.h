@@ -38,6 +38,12 @@ struct StepValue {
   double f = 0;
 };
 
+// ZeRO-3 splits n elements into W partitions of ceil(n/W); rank r holds this many real ones.
+inline uint64_t valid_on_rank(uint64_t n, uint64_t part, uint64_t rank) {
+  const uint64_t begin = part * rank;
+  return begin >= n ? 0 : (n - begin < part ? n - begin : part);
+}
+
 struct Param {
   std::string name;
   std::vector<int64_t> shape;
