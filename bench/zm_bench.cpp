@@ -19,7 +19,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+double secs(Clock::time_point a) {
+  return std::chrono::duration<double>(Clock::now() - a).count();
+}
 
 std::string tag_dir(const std::string& ckpt) {
   auto dir = zm::ds::scan_checkpoint(ckpt);
@@ -34,8 +36,8 @@ int parse(const std::string& ckpt) {
   const auto t0 = Clock::now();
   for (const auto& f : files) bytes += zm::pt::load_pt(f)->pickle_size;
   const double s = secs(t0);
-  printf("parse: %zu files, %.1f MiB of pickles in %.3f s: %.1f MiB/s, %.0f files/s\n", files.size(), bytes / 1048576.0, s,
-         bytes / 1048576.0 / s, files.size() / s);
+  printf("parse: %zu files, %.1f MiB of pickles in %.3f s: %.1f MiB/s, %.0f files/s\n", files.size(), bytes / 1048576.0,
+         s, bytes / 1048576.0 / s, files.size() / s);
   return 0;
 }
 
@@ -94,8 +96,10 @@ int vfile(const std::string& ckpt) {
   t0 = Clock::now();
   const uint64_t b2 = pass_vf();
   const double s2 = secs(t0);
-  printf("vfile: %zu files; pread of the tensor bytes %.0f MB/s; VirtualFile::read of the whole files %.0f MB/s; ratio %.2f\n",
-         files.size(), b1 / 1e6 / s1, b2 / 1e6 / s2, (b2 / s2) / (b1 / s1));
+  printf(
+      "vfile: %zu files; pread of the tensor bytes %.0f MB/s; VirtualFile::read of the whole files %.0f MB/s; ratio "
+      "%.2f\n",
+      files.size(), b1 / 1e6 / s1, b2 / 1e6 / s2, (b2 / s2) / (b1 / s1));
   return 0;
 }
 

@@ -58,7 +58,8 @@ int export_view(const std::string& source, const std::string& out, const std::st
       const double rate = s > 0 ? double(done) / s : 0;
       const double eta = rate > 0 ? double(total - done) / rate : 0;
       fprintf(stderr, "\r%5.1f%%  %s of %s  %s/s  ETA %.0f s   ", total ? 100.0 * double(done) / double(total) : 100.0,
-              ds::human_bytes(done).c_str(), ds::human_bytes(total).c_str(), ds::human_bytes(uint64_t(rate)).c_str(), eta);
+              ds::human_bytes(done).c_str(), ds::human_bytes(total).c_str(), ds::human_bytes(uint64_t(rate)).c_str(),
+              eta);
     };
   const auto r = view::export_view(*view, out, o);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -112,8 +113,10 @@ int mount(const MountOptions& o) {
   cfg.threads = o.threads;
   cfg.debug = o.debug;
   const std::string summary = fmt::format(
-      "mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed in {:.3f} s ({} from cache)",
-      o.source, mountpoint, s.tags, s.params, s.files, s.shards, ds::human_bytes(s.state_bytes), s.index_seconds, s.cache_hits);
+      "mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed in {:.3f} s ({} "
+      "from cache)",
+      o.source, mountpoint, s.tags, s.params, s.files, s.shards, ds::human_bytes(s.state_bytes), s.index_seconds,
+      s.cache_hits);
 
   auto tune = [&] {
     if (o.read_ahead_kb && !set_read_ahead(mountpoint, o.read_ahead_kb))

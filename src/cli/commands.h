@@ -12,13 +12,13 @@ int export_view(const std::string& source, const std::string& out, const std::st
 
 struct MountOptions {
   std::string source, mountpoint;
-  std::vector<std::string> fuse_opts;   // -o a,b,c split
+  std::vector<std::string> fuse_opts;  // -o a,b,c split
   bool foreground = false;
   bool debug = false;
   std::string log_level = "info";
-  unsigned threads = 0;                 // 0: libfuse's default
-  bool bare_zero3_tensors = false;      // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
-  unsigned read_ahead_kb = 1024;        // 0: leave the kernel's 128 KiB
+  unsigned threads = 0;             // 0: libfuse's default
+  bool bare_zero3_tensors = false;  // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
+  unsigned read_ahead_kb = 1024;    // 0: leave the kernel's 128 KiB
 };
 int mount(const MountOptions& opts);
 

@@ -101,7 +101,8 @@ void detach_stdio() {
   const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!clean && is_mounted(mountpoint)) {
     spdlog::error("server for {} died ({} {}); unmounting lazily", mountpoint,
-                  WIFSIGNALED(status) ? "signal" : "exit status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+                  WIFSIGNALED(status) ? "signal" : "exit status",
+                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
     lazy_unmount(mountpoint);
   }
   _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
@@ -125,7 +126,9 @@ std::string mount_device(const std::string& mountpoint) {
 
 }  // namespace
 
-bool is_mounted(const std::string& mountpoint) { return !mount_device(mountpoint).empty(); }
+bool is_mounted(const std::string& mountpoint) {
+  return !mount_device(mountpoint).empty();
+}
 
 bool set_read_ahead(const std::string& mountpoint, unsigned kb) {
   const std::string dev = mount_device(mountpoint);

@@ -1,7 +1,7 @@
 // zeromount: mount a DeepSpeed ZeRO checkpoint as a read-only view with universal checkpoints
 // built lazily, or inspect one. Only argument parsing lives here.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <iostream>
 #include <sstream>
@@ -25,19 +25,22 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"zeromount: a read-only FUSE view of DeepSpeed ZeRO checkpoints, with universal "
-               "checkpoints built lazily from the shards"};
+  CLI::App app{
+      "zeromount: a read-only FUSE view of DeepSpeed ZeRO checkpoints, with universal "
+      "checkpoints built lazily from the shards"};
   app.set_version_flag("--version", "zeromount 0.1.0");
   zm::cli::MountOptions m;
   std::vector<std::string> raw_opts;
   app.add_option("source", m.source, "checkpoint folder (holds 'latest' and tag folders, or is a tag)");
   app.add_option("mountpoint", m.mountpoint, "where to mount the view");
-  app.add_option("-o", raw_opts, "mount options (comma separated): allow_other, default_permissions, ...")->allow_extra_args(false);
+  app.add_option("-o", raw_opts, "mount options (comma separated): allow_other, default_permissions, ...")
+      ->allow_extra_args(false);
   app.add_flag("-f,--foreground", m.foreground, "stay in the foreground");
   app.add_flag("-d,--debug", m.debug, "libfuse debug output (implies -f)");
   app.add_option("--log-level", m.log_level, "trace, debug, info, warn, error")->capture_default_str();
   app.add_option("--threads", m.threads, "FUSE worker threads (default: libfuse's)");
-  app.add_option("--read-ahead-kb", m.read_ahead_kb, "mount readahead in KiB (root only; 0 leaves 128)")->capture_default_str();
+  app.add_option("--read-ahead-kb", m.read_ahead_kb, "mount readahead in KiB (root only; 0 leaves 128)")
+      ->capture_default_str();
   app.add_flag("--bare-zero3-tensors", m.bare_zero3_tensors,
                "write universal param files of ZeRO-3 sources as bare tensors (DeepSpeed < 0.19.3 targets)");
 

@@ -1,11 +1,12 @@
 #include "zeromount/ds/checkpoint.h"
+#include "builders.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
-#include "zeromount/ds/layout.h"
+#include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/shard_set.h"
 #include "zeromount/pt/error.h"
 
@@ -64,14 +65,17 @@ std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir) {
       case FileKind::ExpertStates:
       case FileKind::ExpertOptim:
         throw Error(where(where_, "mixture-of-experts checkpoints are not supported yet"), ENOTSUP);
-      default: break;
+      default:
+        break;
     }
     if (n->mp != 0)
       throw Error(where(where_, "tensor/pipeline model-parallel checkpoints (mp_rank " + std::to_string(n->mp) +
-                                    ") are not supported yet"), ENOTSUP);
+                                    ") are not supported yet"),
+                  ENOTSUP);
     if (n->kind == FileKind::OptimStates) {
       if (!optim.empty() && n->prefix != index->optim_prefix)
-        throw FormatError(where(where_, "optimizer files with different prefixes ('" + index->optim_prefix + "' and '" + n->prefix + "')"));
+        throw FormatError(where(
+            where_, "optimizer files with different prefixes ('" + index->optim_prefix + "' and '" + n->prefix + "')"));
       index->optim_prefix = n->prefix;
       if (!optim.emplace(n->dp, e.path().string()).second)
         throw FormatError(where(where_, "two optimizer files for dp rank " + std::to_string(n->dp)));
@@ -81,15 +85,13 @@ std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir) {
       model = e.path().string();
     }
   }
-  if (optim.empty())
-    throw Error(where(index->dir, "no *_optim_states.pt files: not a ZeRO checkpoint"), ENOENT);
+  if (optim.empty()) throw Error(where(index->dir, "no *_optim_states.pt files: not a ZeRO checkpoint"), ENOENT);
   TagFiles files;
   const int world = optim.rbegin()->first + 1;
   for (int r = 0; r < world; ++r) {
     auto it = optim.find(r);
     if (it == optim.end())
-      throw FormatError(where(index->dir + "/" + index->optim_prefix + "zero_pp_rank_" + std::to_string(r) +
-                                  "_mp_rank_00_optim_states.pt",
+      throw FormatError(where(index->dir + "/" + optim_states_name(index->optim_prefix, r, 0),
                               "missing: dp ranks 0.." + std::to_string(world - 1) + " need one optimizer file each"));
     files.optim.push_back(it->second);
   }
@@ -105,7 +107,8 @@ std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir) {
     for (int r = 0; r < world; ++r) {
       auto it = zero_model.find(r);
       if (it == zero_model.end())
-        throw FormatError(where(index->dir + "/" + zero_model_states_name(r, 0), "missing: ZeRO-3 needs a model-state file per dp rank"));
+        throw FormatError(where(index->dir + "/" + zero_model_states_name(r, 0),
+                                "missing: ZeRO-3 needs a model-state file per dp rank"));
       files.model.push_back(it->second);
     }
     index_zero3(*index, shards, files, rank0);

@@ -20,7 +20,8 @@ Field Field::operator[](std::string_view key) const {
 
 Field Field::operator[](size_t i) const {
   if (n_->kind != Kind::List && n_->kind != Kind::Tuple) fail("expected a list, found " + std::string(n_->kind_name()));
-  if (i >= n_->items.size()) fail("has " + std::to_string(n_->items.size()) + " items, needs index " + std::to_string(i));
+  if (i >= n_->items.size())
+    fail("has " + std::to_string(n_->items.size()) + " items, needs index " + std::to_string(i));
   return child(n_->items[i], path_ + "[" + std::to_string(i) + "]");
 }
 
@@ -111,7 +112,8 @@ Field Field::attr(std::string_view name) const {
   if (n_->kind != Kind::Object || !n_->state) fail("expected an object with state, found " + pt::repr(n_));
   const pt::Node* st = n_->state;
   // A (dict, slots) pair when the class has __slots__.
-  if (st->kind == Kind::Tuple && st->items.size() == 2) st = st->items[0]->kind == Kind::Dict ? st->items[0] : st->items[1];
+  if (st->kind == Kind::Tuple && st->items.size() == 2)
+    st = st->items[0]->kind == Kind::Dict ? st->items[0] : st->items[1];
   const pt::Node* v = st->get(name);
   const std::string p = path_ + "." + std::string(name);
   if (!v) Field(n_, *file_, p).fail("missing attribute");

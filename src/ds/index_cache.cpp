@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "zeromount/ds/checkpoint.h"
-#include "zeromount/ds/layout.h"
+#include "zeromount/ds/shard_names.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pickle_reader.h"
 #include "zeromount/pt/pickle_writer.h"
@@ -30,9 +30,19 @@ class Out {
   void u64(uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
   void i64(int64_t v) { u64(uint64_t(v)); }
   void f64(double v) { s.append(reinterpret_cast<const char*>(&v), 8); }
-  void str(const std::string& v) { u64(v.size()); s += v; }
-  void extent(const pt::Extent& e) { u64(e.source); u64(e.offset); u64(e.length); }
-  void shape(const std::vector<int64_t>& v) { u64(v.size()); for (int64_t d : v) i64(d); }
+  void str(const std::string& v) {
+    u64(v.size());
+    s += v;
+  }
+  void extent(const pt::Extent& e) {
+    u64(e.source);
+    u64(e.offset);
+    u64(e.length);
+  }
+  void shape(const std::vector<int64_t>& v) {
+    u64(v.size());
+    for (int64_t d : v) i64(d);
+  }
   void node(const pt::Node* n) { str(n ? pt::pickle_value(n).pickle : std::string()); }
   std::string s;
 };
@@ -48,7 +58,12 @@ class In {
     return v;
   }
   int64_t i64() { return int64_t(u64()); }
-  double f64() { const uint64_t v = u64(); double d; memcpy(&d, &v, 8); return d; }
+  double f64() {
+    const uint64_t v = u64();
+    double d;
+    memcpy(&d, &v, 8);
+    return d;
+  }
   uint64_t count(uint64_t unit) {  // a length that must fit in what is left
     const uint64_t n = u64();
     if (n > (b_.size() - at_) / unit) throw FormatError("index cache: truncated");
@@ -60,7 +75,13 @@ class In {
     at_ += n;
     return s;
   }
-  pt::Extent extent() { pt::Extent e; e.source = uint32_t(u64()); e.offset = u64(); e.length = u64(); return e; }
+  pt::Extent extent() {
+    pt::Extent e;
+    e.source = uint32_t(u64());
+    e.offset = u64();
+    e.length = u64();
+    return e;
+  }
   std::vector<int64_t> shape() {
     std::vector<int64_t> v(count(8));
     for (auto& d : v) d = i64();
@@ -84,12 +105,22 @@ class In {
 
 void fragments_out(Out& o, const std::vector<Fragment>& v) {
   o.u64(v.size());
-  for (const auto& f : v) { o.u64(f.rank); o.u64(f.start); o.u64(f.numel); o.extent(f.extent); }
+  for (const auto& f : v) {
+    o.u64(f.rank);
+    o.u64(f.start);
+    o.u64(f.numel);
+    o.extent(f.extent);
+  }
 }
 
 std::vector<Fragment> fragments_in(In& in) {
   std::vector<Fragment> v(in.count(48));
-  for (auto& f : v) { f.rank = uint32_t(in.u64()); f.start = in.u64(); f.numel = in.u64(); f.extent = in.extent(); }
+  for (auto& f : v) {
+    f.rank = uint32_t(in.u64());
+    f.start = in.u64();
+    f.numel = in.u64();
+    f.extent = in.extent();
+  }
   return v;
 }
 
@@ -157,25 +188,53 @@ std::string entry_path(const std::string& cache, const std::string& tag_dir) {
 
 std::string serialize_index(const TagIndex& ix) {
   Out o;
-  o.str(ix.tag); o.str(ix.dir); o.i64(ix.stage); o.i64(ix.dp); o.i64(ix.mp); o.u64(ix.bf16_optimizer);
-  o.u64(uint64_t(ix.master_dtype)); o.str(ix.optim_prefix); o.str(ix.ds_version);
+  o.str(ix.tag);
+  o.str(ix.dir);
+  o.i64(ix.stage);
+  o.i64(ix.dp);
+  o.i64(ix.mp);
+  o.u64(ix.bf16_optimizer);
+  o.u64(uint64_t(ix.master_dtype));
+  o.str(ix.optim_prefix);
+  o.str(ix.ds_version);
   o.u64(ix.state_names.size());
   for (const auto& n : ix.state_names) o.str(n);
   o.u64(ix.params.size());
   for (const auto& p : ix.params) {
-    o.str(p.name); o.shape(p.shape); o.u64(p.numel); o.i64(p.group); o.i64(p.sub_group); o.i64(p.step); o.u64(p.offset);
+    o.str(p.name);
+    o.shape(p.shape);
+    o.u64(p.numel);
+    o.i64(p.group);
+    o.i64(p.sub_group);
+    o.i64(p.step);
+    o.u64(p.offset);
     o.u64(p.stored.size());
     for (const auto& f : p.stored) fragments_out(o, f);
   }
   o.u64(ix.steps.size());
-  for (const auto& s : ix.steps) { o.u64(s.kind); o.u64(uint64_t(s.dtype)); o.extent(s.extent); o.i64(s.i); o.f64(s.f); }
+  for (const auto& s : ix.steps) {
+    o.u64(s.kind);
+    o.u64(uint64_t(s.dtype));
+    o.extent(s.extent);
+    o.i64(s.i);
+    o.f64(s.f);
+  }
   o.i64(ix.num_groups);
   plain_out(o, ix.frozen);
   plain_out(o, ix.buffers);
   o.u64(ix.shared.size());
-  for (const auto& [a, c] : ix.shared) { o.str(a); o.str(c); }
+  for (const auto& [a, c] : ix.shared) {
+    o.str(a);
+    o.str(c);
+  }
   o.u64(ix.shards.size());
-  for (const auto& s : ix.shards) { o.str(s.path); o.u64(s.size); o.i64(s.mtime_ns); o.u64(s.inode); o.u64(s.pickle_hash); }
+  for (const auto& s : ix.shards) {
+    o.str(s.path);
+    o.u64(s.size);
+    o.i64(s.mtime_ns);
+    o.u64(s.inode);
+    o.u64(s.pickle_hash);
+  }
   o.u64(ix.model_files.size());
   for (const auto& m : ix.model_files) o.str(m);
   o.u64(ix.sub_groups);
@@ -198,28 +257,53 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   if (XXH3_64bits(body.data(), body.size()) != sum) throw FormatError("index cache: checksum mismatch");
   In in(body);
   auto ix = std::make_unique<TagIndex>();
-  ix->tag = in.str(); ix->dir = in.str(); ix->stage = int(in.i64()); ix->dp = int(in.i64()); ix->mp = int(in.i64());
-  ix->bf16_optimizer = in.u64(); ix->master_dtype = pt::DType(in.u64() % 12); ix->optim_prefix = in.str(); ix->ds_version = in.str();
+  ix->tag = in.str();
+  ix->dir = in.str();
+  ix->stage = int(in.i64());
+  ix->dp = int(in.i64());
+  ix->mp = int(in.i64());
+  ix->bf16_optimizer = in.u64();
+  ix->master_dtype = pt::DType(in.u64() % 12);
+  ix->optim_prefix = in.str();
+  ix->ds_version = in.str();
   ix->state_names.resize(in.count(8));
   for (auto& n : ix->state_names) n = in.str();
   ix->params.resize(in.count(64));
   for (auto& p : ix->params) {
-    p.name = in.str(); p.shape = in.shape(); p.numel = in.u64(); p.group = int(in.i64()); p.sub_group = int(in.i64());
-    p.step = int(in.i64()); p.offset = in.u64();
+    p.name = in.str();
+    p.shape = in.shape();
+    p.numel = in.u64();
+    p.group = int(in.i64());
+    p.sub_group = int(in.i64());
+    p.step = int(in.i64());
+    p.offset = in.u64();
     p.stored.resize(in.count(8));
     for (auto& f : p.stored) f = fragments_in(in);
   }
   ix->steps.resize(in.count(48));
   for (auto& s : ix->steps) {
-    s.kind = StepValue::Kind(in.u64() % 4); s.dtype = pt::DType(in.u64() % 12); s.extent = in.extent(); s.i = in.i64(); s.f = in.f64();
+    s.kind = StepValue::Kind(in.u64() % 4);
+    s.dtype = pt::DType(in.u64() % 12);
+    s.extent = in.extent();
+    s.i = in.i64();
+    s.f = in.f64();
   }
   ix->num_groups = int(in.i64());
   ix->frozen = plain_in(in);
   ix->buffers = plain_in(in);
   ix->shared.resize(in.count(16));
-  for (auto& [a, c] : ix->shared) { a = in.str(); c = in.str(); }
+  for (auto& [a, c] : ix->shared) {
+    a = in.str();
+    c = in.str();
+  }
   ix->shards.resize(in.count(40));
-  for (auto& s : ix->shards) { s.path = in.str(); s.size = in.u64(); s.mtime_ns = in.i64(); s.inode = in.u64(); s.pickle_hash = in.u64(); }
+  for (auto& s : ix->shards) {
+    s.path = in.str();
+    s.size = in.u64();
+    s.mtime_ns = in.i64();
+    s.inode = in.u64();
+    s.pickle_hash = in.u64();
+  }
   ix->model_files.resize(in.count(8));
   for (auto& m : ix->model_files) m = in.str();
   ix->sub_groups = in.u64();
@@ -239,8 +323,10 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   for (const auto& p : ix->params)
     for (const auto& fs_ : p.stored)
       for (const auto& f : fs_) check(f.extent);
-  for (const auto& s : ix->steps) if (s.kind == StepValue::Tensor) check(s.extent);
-  for (uint32_t v : ix->optim_source) if (v >= ix->shards.size()) throw FormatError("index cache: bad shard id");
+  for (const auto& s : ix->steps)
+    if (s.kind == StepValue::Tensor) check(s.extent);
+  for (uint32_t v : ix->optim_source)
+    if (v >= ix->shards.size()) throw FormatError("index cache: bad shard id");
   if (ix->stage == 3 && ix->flat_offsets.size() != size_t(ix->dp) * ix->sub_groups * ix->state_names.size())
     throw FormatError("index cache: stage-3 layout size");
   return ix;
@@ -250,9 +336,12 @@ std::string index_cache_dir() {
   const char* off = getenv("ZEROMOUNT_NO_INDEX_CACHE");
   if (off && *off && strcmp(off, "0") != 0) return "";
   std::string base;
-  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) base = x;
-  else if (const char* h = getenv("HOME"); h && *h) base = std::string(h) + "/.cache";
-  else return "";
+  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x)
+    base = x;
+  else if (const char* h = getenv("HOME"); h && *h)
+    base = std::string(h) + "/.cache";
+  else
+    return "";
   return base + "/zeromount";
 }
 

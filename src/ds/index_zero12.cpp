@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "builders.h"
 #include "model_states.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/error.h"
@@ -17,7 +18,8 @@ const pt::Node* copy_meta(pt::Arena& arena, const Field& osd, int world, size_t 
                                    "base_optimizer_state_step"};
   pt::Node* meta = arena.make(pt::Kind::Dict);
   for (const auto& [k, v] : osd.node()->entries) {
-    if (k->kind != pt::Kind::Str || std::find(std::begin(kDropped), std::end(kDropped), k->s) != std::end(kDropped)) continue;
+    if (k->kind != pt::Kind::Str || std::find(std::begin(kDropped), std::end(kDropped), k->s) != std::end(kDropped))
+      continue;
     const pt::Node* value = nullptr;
     if (k->s == "group_paddings" || k->s == "partition_count") {
       pt::Node* list = arena.make(pt::Kind::List);
@@ -68,12 +70,14 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
     OpenShard shard = r == 0 ? std::move(rank0) : shards.open(files.optim[size_t(r)]);
     const Field osd = shard.root()["optimizer_state_dict"];
     const Field base = osd["base_optimizer_state"];
-    if (!base.is(pt::Kind::Dict)) base.fail("elastic (list) optimizer state is not supported; save with elastic_checkpoint=false");
+    if (!base.is(pt::Kind::Dict))
+      base.fail("elastic (list) optimizer state is not supported; save with elastic_checkpoint=false");
     const Field state = base["state"];
     const Field fp32 = osd["single_partition_of_fp32_groups"];
     const Field maps = osd["param_slice_mappings"];
     if (fp32.size() != G || maps.size() != G || state.size() != G)
-      osd.fail("has " + std::to_string(maps.size()) + " param groups, param_shapes in the model file has " + std::to_string(G));
+      osd.fail("has " + std::to_string(maps.size()) + " param groups, param_shapes in the model file has " +
+               std::to_string(G));
     if (auto pc = osd.find("partition_count"); pc && pc->is(pt::Kind::List))
       for (size_t g = 0; g < pc->size(); ++g)
         if ((*pc)[g].as_int() != index.dp)
@@ -106,14 +110,15 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
         uint64_t at = 0;
         for (const auto& f : p.stored[0]) at += f.numel;
         const std::string what = "parameter " + name;
-        p.stored[0].push_back({uint32_t(r), at, uint64_t(numel), ShardSet::slice(fp32[g], shard.source, start, numel, what)});
+        p.stored[0].push_back(
+            {uint32_t(r), at, uint64_t(numel), ShardSet::slice(fp32[g], shard.source, start, numel, what)});
         for (size_t k = 1; k < index.state_names.size(); ++k) {
           const Field st = gstate[index.state_names[k]];
           if (st.as_tensor().dtype != index.master_dtype)
             st.fail("is " + std::string(pt::dtype_name(st.as_tensor().dtype)) + " while the master weights are " +
                     std::string(pt::dtype_name(index.master_dtype)) + "; mixed state dtypes are not supported yet");
-          p.stored[k].push_back({uint32_t(r), at, uint64_t(numel),
-                                    ShardSet::slice(st, shard.source, start, numel, what)});
+          p.stored[k].push_back(
+              {uint32_t(r), at, uint64_t(numel), ShardSet::slice(st, shard.source, start, numel, what)});
         }
         starts.emplace_back(uint64_t(start), name);
       }
@@ -130,8 +135,9 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
     uint64_t have = 0;
     for (const auto& f : p.stored[0]) have += f.numel;
     if (have != p.numel)
-      throw FormatError(where(index.dir, "parameter '" + p.name + "': the optimizer files hold " + std::to_string(have) +
-                                             " elements, its shape in " + files.model[0] + " needs " + std::to_string(p.numel)));
+      throw FormatError(where(index.dir, "parameter '" + p.name + "': the optimizer files hold " +
+                                             std::to_string(have) + " elements, its shape in " + files.model[0] +
+                                             " needs " + std::to_string(p.numel)));
   }
 }
 

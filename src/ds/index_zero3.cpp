@@ -2,6 +2,7 @@
 // a rank's fp32_flat_groups[s] and Adam moments concatenate its partitions of sub-group s.
 #include <algorithm>
 
+#include "builders.h"
 #include "model_states.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/error.h"
@@ -35,8 +36,8 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
   const size_t S = subgroups.size();
   const Field osd0 = rank0.root()["optimizer_state_dict"];
   if (osd0["partition_count"].as_int() != W)
-    osd0["partition_count"].fail("says " + std::to_string(osd0["partition_count"].as_int()) + " partitions, the tag has " +
-                                 std::to_string(W) + " optimizer files");
+    osd0["partition_count"].fail("says " + std::to_string(osd0["partition_count"].as_int()) +
+                                 " partitions, the tag has " + std::to_string(W) + " optimizer files");
   const Field inner0 = osd0["optimizer_state_dict"];
   const Field groups = inner0["param_groups"];
   std::vector<int> group_of(S, -1);
@@ -46,7 +47,8 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
     for (size_t k = 0; k < ids.size(); ++k) {
       const int64_t id = ids[k].as_int();
       if (id < 0 || size_t(id) >= S || group_of[size_t(id)] != -1)
-        ids[k].fail("sub-group id " + std::to_string(id) + " is out of range or repeated (param_shapes has " + std::to_string(S) + ")");
+        ids[k].fail("sub-group id " + std::to_string(id) + " is out of range or repeated (param_shapes has " +
+                    std::to_string(S) + ")");
       group_of[size_t(id)] = int(g);
     }
   }
@@ -67,7 +69,8 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
     const Field osd = shard.root()["optimizer_state_dict"];
     const Field flat = osd["fp32_flat_groups"];
     const Field state = osd["optimizer_state_dict"]["state"];
-    if (flat.size() != S) flat.fail("has " + std::to_string(flat.size()) + " sub-groups, param_shapes has " + std::to_string(S));
+    if (flat.size() != S)
+      flat.fail("has " + std::to_string(flat.size()) + " sub-groups, param_shapes has " + std::to_string(S));
     if (r == 0) index.master_dtype = flat[0].as_tensor().dtype;
     size_t p_index = 0;
     for (size_t s = 0; s < S; ++s) {
@@ -101,7 +104,8 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
         q += (p.numel + uint64_t(W) - 1) / uint64_t(W);
       }
       for (const Field& t : tensors)
-        index.flat_offsets.push_back(ShardSet::slice(t, shard.source, 0, t.as_tensor().numel(), "sub-group " + std::to_string(s)).offset);
+        index.flat_offsets.push_back(
+            ShardSet::slice(t, shard.source, 0, t.as_tensor().numel(), "sub-group " + std::to_string(s)).offset);
     }
     index.optim_source.push_back(shard.source);
   }

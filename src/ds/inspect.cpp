@@ -13,10 +13,15 @@ std::string human_bytes(uint64_t n) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = double(n);
   int u = 0;
-  while (v >= 1024 && u < 5) { v /= 1024; ++u; }
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
   char buf[32];
-  if (u == 0) snprintf(buf, sizeof buf, "%llu B", (unsigned long long)n);
-  else snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
+  if (u == 0)
+    snprintf(buf, sizeof buf, "%llu B", (unsigned long long)n);
+  else
+    snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
   return buf;
 }
 
@@ -34,20 +39,41 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 double step_number(const TagIndex& index, const StepValue& step) {
   switch (step.kind) {
-    case StepValue::Int: return double(step.i);
-    case StepValue::Float: return step.f;
-    case StepValue::None: return 0;
-    case StepValue::Tensor: break;
+    case StepValue::Int:
+      return double(step.i);
+    case StepValue::Float:
+      return step.f;
+    case StepValue::None:
+      return 0;
+    case StepValue::Tensor:
+      break;
   }
   pt::File f(index.shards.at(step.extent.source).path);
   unsigned char b[8] = {};
   f.read_exact(step.extent.offset, b, step.extent.length, "step");
   switch (step.dtype) {
-    case pt::DType::F32: { float v; memcpy(&v, b, 4); return v; }
-    case pt::DType::F64: { double v; memcpy(&v, b, 8); return v; }
-    case pt::DType::I64: { int64_t v; memcpy(&v, b, 8); return double(v); }
-    case pt::DType::I32: { int32_t v; memcpy(&v, b, 4); return v; }
-    default: return 0;
+    case pt::DType::F32: {
+      float v;
+      memcpy(&v, b, 4);
+      return v;
+    }
+    case pt::DType::F64: {
+      double v;
+      memcpy(&v, b, 8);
+      return v;
+    }
+    case pt::DType::I64: {
+      int64_t v;
+      memcpy(&v, b, 8);
+      return double(v);
+    }
+    case pt::DType::I32: {
+      int32_t v;
+      memcpy(&v, b, 4);
+      return v;
+    }
+    default:
+      return 0;
   }
 }
 
@@ -74,7 +100,9 @@ std::string stage_text(const TagIndex& ix) {
   return s;
 }
 
-std::string pad(std::string s, size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
+std::string pad(std::string s, size_t w) {
+  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
+}
 
 }  // namespace
 
@@ -93,8 +121,9 @@ std::string inspect_text(const TagIndex& ix) {
   line("groups", std::to_string(ix.num_groups) + " param groups");
   if (!ix.steps.empty()) line("step", pt::format_double(step_number(ix, ix.steps[0])));
   line("params", with_commas(ix.params.size()) + " trainable (" + with_commas(numel) + " elements, " +
-                     human_bytes(ix.state_bytes()) + " of fp32 + optimizer state), " + std::to_string(ix.frozen.size()) +
-                     " frozen, " + std::to_string(ix.buffers.size()) + " buffers, " + std::to_string(ix.shared.size()) + " shared");
+                     human_bytes(ix.state_bytes()) + " of fp32 + optimizer state), " +
+                     std::to_string(ix.frozen.size()) + " frozen, " + std::to_string(ix.buffers.size()) + " buffers, " +
+                     std::to_string(ix.shared.size()) + " shared");
   line("shards", std::to_string(ix.shards.size()) + " files read (pickles only)");
   if (!ix.ds_version.empty()) line("ds_version", ix.ds_version);
   o += "\n";
@@ -106,18 +135,20 @@ std::string inspect_text(const TagIndex& ix) {
   o += pad("name", wn + 2) + pad("shape", ws + 2) + pad("numel", 14) + pad("group", 7) + "ranks\n";
   for (const auto& p : ix.params)
     o += pad(p.name, wn + 2) + pad(shape_text(p.shape), ws + 2) + pad(with_commas(p.numel), 14) +
-         pad(std::to_string(p.group) + (p.sub_group >= 0 ? "/" + std::to_string(p.sub_group) : ""), 7) + ranks_text(ix, p) + "\n";
+         pad(std::to_string(p.group) + (p.sub_group >= 0 ? "/" + std::to_string(p.sub_group) : ""), 7) +
+         ranks_text(ix, p) + "\n";
   for (const auto& f : ix.frozen) o += pad(f.name, wn + 2) + pad(shape_text(f.shape), ws + 2) + "(frozen)\n";
   return o;
 }
 
 std::string inspect_json(const TagIndex& ix) {
   using pt::json_escape;
-  std::string o = "{\"format\":1,\"tag\":" + json_escape(ix.tag) + ",\"dir\":" + json_escape(ix.dir) +
-                  ",\"stage\":" + std::to_string(ix.stage) + ",\"bf16_optimizer\":" + (ix.bf16_optimizer ? "true" : "false") +
-                  ",\"dp\":" + std::to_string(ix.dp) + ",\"dtype\":\"" + std::string(pt::dtype_name(ix.master_dtype)) +
-                  "\",\"ds_version\":" + json_escape(ix.ds_version) + ",\"param_groups\":" + std::to_string(ix.num_groups) +
-                  ",\"sub_groups\":" + std::to_string(ix.stage == 3 ? ix.steps.size() : 0) + ",\"states\":[";
+  std::string o =
+      "{\"format\":1,\"tag\":" + json_escape(ix.tag) + ",\"dir\":" + json_escape(ix.dir) +
+      ",\"stage\":" + std::to_string(ix.stage) + ",\"bf16_optimizer\":" + (ix.bf16_optimizer ? "true" : "false") +
+      ",\"dp\":" + std::to_string(ix.dp) + ",\"dtype\":\"" + std::string(pt::dtype_name(ix.master_dtype)) +
+      "\",\"ds_version\":" + json_escape(ix.ds_version) + ",\"param_groups\":" + std::to_string(ix.num_groups) +
+      ",\"sub_groups\":" + std::to_string(ix.stage == 3 ? ix.steps.size() : 0) + ",\"states\":[";
   for (size_t k = 0; k < ix.state_names.size(); ++k) o += (k ? "," : "") + json_escape(ix.state_names[k]);
   o += "],\"step\":" + (ix.steps.empty() ? std::string("null") : pt::format_double(step_number(ix, ix.steps[0])));
   uint64_t numel = 0;
@@ -134,14 +165,17 @@ std::string inspect_json(const TagIndex& ix) {
   }
   o += "],\"frozen\":[";
   for (size_t k = 0; k < ix.frozen.size(); ++k)
-    o += std::string(k ? "," : "") + "{\"name\":" + json_escape(ix.frozen[k].name) + ",\"shape\":" + shape_text(ix.frozen[k].shape) + "}";
+    o += std::string(k ? "," : "") + "{\"name\":" + json_escape(ix.frozen[k].name) +
+         ",\"shape\":" + shape_text(ix.frozen[k].shape) + "}";
   o += "],\"buffers\":[";
   for (size_t k = 0; k < ix.buffers.size(); ++k)
-    o += std::string(k ? "," : "") + "{\"name\":" + json_escape(ix.buffers[k].name) + ",\"shape\":" + shape_text(ix.buffers[k].shape) +
-         ",\"dtype\":\"" + std::string(pt::dtype_name(ix.buffers[k].dtype)) + "\"}";
+    o += std::string(k ? "," : "") + "{\"name\":" + json_escape(ix.buffers[k].name) +
+         ",\"shape\":" + shape_text(ix.buffers[k].shape) + ",\"dtype\":\"" +
+         std::string(pt::dtype_name(ix.buffers[k].dtype)) + "\"}";
   o += "],\"shared\":[";
   for (size_t k = 0; k < ix.shared.size(); ++k)
-    o += std::string(k ? "," : "") + "[" + json_escape(ix.shared[k].first) + "," + json_escape(ix.shared[k].second) + "]";
+    o += std::string(k ? "," : "") + "[" + json_escape(ix.shared[k].first) + "," + json_escape(ix.shared[k].second) +
+         "]";
   o += "],\"totals\":{\"params\":" + std::to_string(ix.params.size()) + ",\"numel\":" + std::to_string(numel) +
        ",\"state_bytes\":" + std::to_string(ix.state_bytes()) + "}}\n";
   return o;

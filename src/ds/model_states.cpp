@@ -1,4 +1,5 @@
 #include "model_states.h"
+#include "zeromount/ds/shard_names.h"
 
 #include "zeromount/pt/error.h"
 
@@ -27,8 +28,7 @@ void read_model_common(TagIndex& index, const OpenShard& model) {
   if (auto v = root.find("ds_version"); v && v->is(pt::Kind::Str)) index.ds_version = v->as_str();
   const int64_t dp = root["dp_world_size"].as_int();
   if (dp > index.dp)  // the highest ranks' files are gone: name the first one missing
-    throw FormatError(where(index.dir + "/" + index.optim_prefix + "zero_pp_rank_" + std::to_string(index.dp) +
-                                "_mp_rank_00_optim_states.pt",
+    throw FormatError(where(index.dir + "/" + optim_states_name(index.optim_prefix, index.dp, 0),
                             "missing: dp_world_size in " + model.name + " is " + std::to_string(dp)));
   if (dp != index.dp)
     root["dp_world_size"].fail("says " + std::to_string(dp) + " ranks, but the tag has " + std::to_string(index.dp) +

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "zeromount/ds/field.h"
-#include "zeromount/ds/param_index.h"
 #include "zeromount/ds/shard_set.h"
+#include "zeromount/ds/tag_index.h"
 
 namespace zm::ds {
 

@@ -20,7 +20,8 @@ OpenShard ShardSet::open(const std::string& path) {
   return s;
 }
 
-pt::Extent ShardSet::slice(const Field& tensor, uint32_t source, uint64_t first, uint64_t count, const std::string& what) {
+pt::Extent ShardSet::slice(const Field& tensor, uint32_t source, uint64_t first, uint64_t count,
+                           const std::string& what) {
   const pt::Tensor& t = tensor.as_tensor();
   if (!t.contiguous()) tensor.fail(what + ": tensor is not contiguous");
   const uint64_t n = t.numel();

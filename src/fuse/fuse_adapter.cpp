@@ -4,11 +4,11 @@
 #include <fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/statvfs.h>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <string>
-#include <sys/statvfs.h>
 
 #include "zeromount/fuse/adapter.h"
 #include "zeromount/pt/error.h"
@@ -22,7 +22,9 @@ struct Context {
   double timeout;
 };
 
-const Context& ctx(fuse_req_t req) { return *static_cast<const Context*>(fuse_req_userdata(req)); }
+const Context& ctx(fuse_req_t req) {
+  return *static_cast<const Context*>(fuse_req_userdata(req));
+}
 
 // An open file: its content, built once, shared with the view's cache.
 struct Handle {
@@ -124,7 +126,9 @@ void readdir_impl(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
     size_t used = 0;
     // Offsets: 1 is ".", 2 is "..", 3 + k is children[k].
     for (off_t k = off; k < off_t(dir->children.size()) + 2; ++k) {
-      const view::Inode* n = k == 0 ? dir : k == 1 ? v.tree().get(dir->parent) : v.tree().get(dir->children[size_t(k - 2)]);
+      const view::Inode* n = k == 0   ? dir
+                             : k == 1 ? v.tree().get(dir->parent)
+                                      : v.tree().get(dir->children[size_t(k - 2)]);
       const char* name = k == 0 ? "." : k == 1 ? ".." : n->name.c_str();
       size_t len;
       if constexpr (Plus) {
@@ -145,8 +149,12 @@ void readdir_impl(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
   }
 }
 
-void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) { readdir_impl<false>(req, ino, size, off); }
-void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) { readdir_impl<true>(req, ino, size, off); }
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  readdir_impl<false>(req, ino, size, off);
+}
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  readdir_impl<true>(req, ino, size, off);
+}
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const view::Inode* n = nullptr;
@@ -189,19 +197,45 @@ void op_statfs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &s);
 }
 
-void erofs(fuse_req_t req) { fuse_reply_err(req, EROFS); }
-void op_setattr(fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) { erofs(req); }
-void op_mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { erofs(req); }
-void op_mkdir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { erofs(req); }
-void op_unlink(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
-void op_symlink(fuse_req_t req, const char*, fuse_ino_t, const char*) { erofs(req); }
-void op_rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) { erofs(req); }
-void op_link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { erofs(req); }
-void op_write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) { erofs(req); }
-void op_setxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) { erofs(req); }
-void op_removexattr(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
-void op_create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) { erofs(req); }
-void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) { erofs(req); }
+void erofs(fuse_req_t req) {
+  fuse_reply_err(req, EROFS);
+}
+void op_setattr(fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) {
+  erofs(req);
+}
+void op_mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) {
+  erofs(req);
+}
+void op_mkdir(fuse_req_t req, fuse_ino_t, const char*, mode_t) {
+  erofs(req);
+}
+void op_unlink(fuse_req_t req, fuse_ino_t, const char*) {
+  erofs(req);
+}
+void op_symlink(fuse_req_t req, const char*, fuse_ino_t, const char*) {
+  erofs(req);
+}
+void op_rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) {
+  erofs(req);
+}
+void op_link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) {
+  erofs(req);
+}
+void op_write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) {
+  erofs(req);
+}
+void op_setxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
+  erofs(req);
+}
+void op_removexattr(fuse_req_t req, fuse_ino_t, const char*) {
+  erofs(req);
+}
+void op_create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
+  erofs(req);
+}
+void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) {
+  erofs(req);
+}
 
 fuse_lowlevel_ops make_ops() {
   fuse_lowlevel_ops ops{};

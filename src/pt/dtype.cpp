@@ -26,15 +26,27 @@ constexpr std::array<Info, 12> kInfo{{
     {DType::C128, 16, "complex128", "ComplexDoubleStorage", "<c16", "C128"},
 }};
 
-const Info& info(DType d) { return kInfo[static_cast<size_t>(d)]; }
+const Info& info(DType d) {
+  return kInfo[static_cast<size_t>(d)];
+}
 
 }  // namespace
 
-size_t element_size(DType d) { return info(d).size; }
-std::string_view dtype_name(DType d) { return info(d).name; }
-std::string_view storage_class(DType d) { return info(d).storage; }
-std::string_view numpy_descr(DType d) { return info(d).numpy; }
-std::string_view safetensors_name(DType d) { return info(d).safetensors; }
+size_t element_size(DType d) {
+  return info(d).size;
+}
+std::string_view dtype_name(DType d) {
+  return info(d).name;
+}
+std::string_view storage_class(DType d) {
+  return info(d).storage;
+}
+std::string_view numpy_descr(DType d) {
+  return info(d).numpy;
+}
+std::string_view safetensors_name(DType d) {
+  return info(d).safetensors;
+}
 
 std::optional<DType> dtype_from_storage(std::string_view name) {
   if (name == "UntypedStorage") return DType::U8;

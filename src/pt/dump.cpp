@@ -13,11 +13,21 @@ std::string json_escape(std::string_view s) {
   std::string o = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
+      case '\t':
+        o += "\\t";
+        break;
+      case '\r':
+        o += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char b[8];
@@ -51,7 +61,8 @@ std::string shape_str(const std::vector<int64_t>& v) {
 
 std::string class_name(const Node* n) {
   const Node* c = n->callee;
-  if (c && c->is_global("builtins", "getattr") && n->args && n->args->items.size() == 2 && n->args->items[0]->kind == Kind::Global)
+  if (c && c->is_global("builtins", "getattr") && n->args && n->args->items.size() == 2 &&
+      n->args->items[0]->kind == Kind::Global)
     c = n->args->items[0];
   return c && c->kind == Kind::Global ? c->s + "." + c->s2 : "?";
 }
@@ -73,25 +84,48 @@ class Json {
   void value(const Node* n, int depth) {
     if (depth > 100) throw FormatError(where(f_.path(), "value nested too deeply to dump"));
     switch (n->kind) {
-      case Kind::None: o_ += R"({"t":"none"})"; return;
-      case Kind::Bool: o_ += std::string(R"({"t":"bool","v":)") + (n->b ? "true" : "false") + "}"; return;
-      case Kind::Int: o_ += R"({"t":"int","v":)" + std::to_string(n->i) + "}"; return;
-      case Kind::BigInt: o_ += R"({"t":"int","v":null})"; return;
-      case Kind::Float: o_ += R"({"t":"float","v":)" + format_double(n->f) + "}"; return;
-      case Kind::Str: o_ += R"({"t":"str","v":)" + json_escape(n->s) + "}"; return;
-      case Kind::Bytes: o_ += R"({"t":"bytes","len":)" + std::to_string(n->s.size()) + "}"; return;
-      case Kind::Global: o_ += R"({"t":"global","v":)" + json_escape(n->s + "." + n->s2) + "}"; return;
-      case Kind::Object: o_ += R"({"t":"object","class":)" + json_escape(class_name(n)) + "}"; return;
-      case Kind::Storage: o_ += R"({"t":"storage"})"; return;
-      case Kind::Set: o_ += R"({"t":"set","len":)" + std::to_string(n->items.size()) + "}"; return;
+      case Kind::None:
+        o_ += R"({"t":"none"})";
+        return;
+      case Kind::Bool:
+        o_ += std::string(R"({"t":"bool","v":)") + (n->b ? "true" : "false") + "}";
+        return;
+      case Kind::Int:
+        o_ += R"({"t":"int","v":)" + std::to_string(n->i) + "}";
+        return;
+      case Kind::BigInt:
+        o_ += R"({"t":"int","v":null})";
+        return;
+      case Kind::Float:
+        o_ += R"({"t":"float","v":)" + format_double(n->f) + "}";
+        return;
+      case Kind::Str:
+        o_ += R"({"t":"str","v":)" + json_escape(n->s) + "}";
+        return;
+      case Kind::Bytes:
+        o_ += R"({"t":"bytes","len":)" + std::to_string(n->s.size()) + "}";
+        return;
+      case Kind::Global:
+        o_ += R"({"t":"global","v":)" + json_escape(n->s + "." + n->s2) + "}";
+        return;
+      case Kind::Object:
+        o_ += R"({"t":"object","class":)" + json_escape(class_name(n)) + "}";
+        return;
+      case Kind::Storage:
+        o_ += R"({"t":"storage"})";
+        return;
+      case Kind::Set:
+        o_ += R"({"t":"set","len":)" + std::to_string(n->items.size()) + "}";
+        return;
       case Kind::Tensor: {
         const Tensor& t = *n->tensor;
         o_ += R"({"t":"tensor","dtype":")" + std::string(dtype_name(t.dtype)) + R"(","shape":)" + shape_str(t.shape) +
-              R"(,"stride":)" + shape_str(t.stride) + R"(,"offset":)" + std::to_string(t.storage_offset) + R"(,"crc":)" +
-              (t.contiguous() ? std::to_string(tensor_crc(f_, t)) : "null") + "}";
+              R"(,"stride":)" + shape_str(t.stride) + R"(,"offset":)" + std::to_string(t.storage_offset) +
+              R"(,"crc":)" + (t.contiguous() ? std::to_string(tensor_crc(f_, t)) : "null") + "}";
         return;
       }
-      case Kind::List: case Kind::Tuple:
+      case Kind::List:
+      case Kind::Tuple:
         o_ += std::string(R"({"t":")") + (n->kind == Kind::List ? "list" : "tuple") + R"(","items":[)";
         for (size_t k = 0; k < n->items.size(); ++k) {
           if (k) o_ += ",";
@@ -121,7 +155,10 @@ class Json {
 };
 
 void tree(std::string& o, const Node* n, int depth, const std::string& indent) {
-  if (depth > 60) { o += "...\n"; return; }
+  if (depth > 60) {
+    o += "...\n";
+    return;
+  }
   const std::string in = indent + "  ";
   switch (n->kind) {
     case Kind::Tensor: {
@@ -137,7 +174,8 @@ void tree(std::string& o, const Node* n, int depth, const std::string& indent) {
         tree(o, v, depth + 1, in);
       }
       return;
-    case Kind::List: case Kind::Tuple:
+    case Kind::List:
+    case Kind::Tuple:
       o += std::string(n->kind == Kind::List ? "list[" : "tuple[") + std::to_string(n->items.size()) + "]\n";
       for (size_t k = 0; k < n->items.size(); ++k) {
         o += in + "[" + std::to_string(k) + "]: ";
@@ -154,7 +192,8 @@ void tree(std::string& o, const Node* n, int depth, const std::string& indent) {
           tree(o, v, depth + 1, in);
         }
       return;
-    default: o += repr(n, 1) + "\n";
+    default:
+      o += repr(n, 1) + "\n";
   }
 }
 

@@ -14,17 +14,74 @@ namespace {
 
 // Opcodes, named as in CPython's pickletools.
 enum Op : uint8_t {
-  MARK = '(', STOP = '.', POP = '0', POP_MARK = '1', DUP = '2', FLOAT = 'F', INT = 'I', BININT = 'J',
-  BININT1 = 'K', LONG = 'L', BININT2 = 'M', NONE = 'N', PERSID = 'P', BINPERSID = 'Q', REDUCE = 'R',
-  STRING = 'S', BINSTRING = 'T', SHORT_BINSTRING = 'U', UNICODE = 'V', BINUNICODE = 'X', APPEND = 'a',
-  BUILD = 'b', GLOBAL = 'c', DICT = 'd', EMPTY_DICT = '}', APPENDS = 'e', GET = 'g', BINGET = 'h',
-  INST = 'i', LONG_BINGET = 'j', LIST = 'l', EMPTY_LIST = ']', OBJ = 'o', PUT = 'p', BINPUT = 'q',
-  LONG_BINPUT = 'r', SETITEM = 's', TUPLE = 't', EMPTY_TUPLE = ')', SETITEMS = 'u', BINFLOAT = 'G',
-  PROTO = 0x80, NEWOBJ = 0x81, EXT1 = 0x82, EXT2 = 0x83, EXT4 = 0x84, TUPLE1 = 0x85, TUPLE2 = 0x86,
-  TUPLE3 = 0x87, NEWTRUE = 0x88, NEWFALSE = 0x89, LONG1 = 0x8a, LONG4 = 0x8b, BINBYTES = 'B',
-  SHORT_BINBYTES = 'C', SHORT_BINUNICODE = 0x8c, BINUNICODE8 = 0x8d, BINBYTES8 = 0x8e, EMPTY_SET = 0x8f,
-  ADDITEMS = 0x90, FROZENSET = 0x91, NEWOBJ_EX = 0x92, STACK_GLOBAL = 0x93, MEMOIZE = 0x94, FRAME = 0x95,
-  BYTEARRAY8 = 0x96, NEXT_BUFFER = 0x97, READONLY_BUFFER = 0x98,
+  MARK = '(',
+  STOP = '.',
+  POP = '0',
+  POP_MARK = '1',
+  DUP = '2',
+  FLOAT = 'F',
+  INT = 'I',
+  BININT = 'J',
+  BININT1 = 'K',
+  LONG = 'L',
+  BININT2 = 'M',
+  NONE = 'N',
+  PERSID = 'P',
+  BINPERSID = 'Q',
+  REDUCE = 'R',
+  STRING = 'S',
+  BINSTRING = 'T',
+  SHORT_BINSTRING = 'U',
+  UNICODE = 'V',
+  BINUNICODE = 'X',
+  APPEND = 'a',
+  BUILD = 'b',
+  GLOBAL = 'c',
+  DICT = 'd',
+  EMPTY_DICT = '}',
+  APPENDS = 'e',
+  GET = 'g',
+  BINGET = 'h',
+  INST = 'i',
+  LONG_BINGET = 'j',
+  LIST = 'l',
+  EMPTY_LIST = ']',
+  OBJ = 'o',
+  PUT = 'p',
+  BINPUT = 'q',
+  LONG_BINPUT = 'r',
+  SETITEM = 's',
+  TUPLE = 't',
+  EMPTY_TUPLE = ')',
+  SETITEMS = 'u',
+  BINFLOAT = 'G',
+  PROTO = 0x80,
+  NEWOBJ = 0x81,
+  EXT1 = 0x82,
+  EXT2 = 0x83,
+  EXT4 = 0x84,
+  TUPLE1 = 0x85,
+  TUPLE2 = 0x86,
+  TUPLE3 = 0x87,
+  NEWTRUE = 0x88,
+  NEWFALSE = 0x89,
+  LONG1 = 0x8a,
+  LONG4 = 0x8b,
+  BINBYTES = 'B',
+  SHORT_BINBYTES = 'C',
+  SHORT_BINUNICODE = 0x8c,
+  BINUNICODE8 = 0x8d,
+  BINBYTES8 = 0x8e,
+  EMPTY_SET = 0x8f,
+  ADDITEMS = 0x90,
+  FROZENSET = 0x91,
+  NEWOBJ_EX = 0x92,
+  STACK_GLOBAL = 0x93,
+  MEMOIZE = 0x94,
+  FRAME = 0x95,
+  BYTEARRAY8 = 0x96,
+  NEXT_BUFFER = 0x97,
+  READONLY_BUFFER = 0x98,
 };
 
 class Machine {
@@ -153,8 +210,14 @@ Node* Machine::make_global(std::string_view module, std::string_view name) {
 }
 
 void Machine::memo_put(uint64_t idx, Node* n) {
-  if (idx < memo_.size()) { memo_[idx] = n; return; }
-  if (idx == memo_.size() && memo_.size() < limits_.max_memo) { memo_.push_back(n); return; }
+  if (idx < memo_.size()) {
+    memo_[idx] = n;
+    return;
+  }
+  if (idx == memo_.size() && memo_.size() < limits_.max_memo) {
+    memo_.push_back(n);
+    return;
+  }
   if (memo_sparse_.size() >= limits_.max_memo) fail("memo too large");
   memo_sparse_[idx] = n;
 }
@@ -183,7 +246,8 @@ Node* Machine::persistent_load(Node* pid) {
   if (pid->kind != Kind::Tuple || pid->items.size() != 5)
     fail("unsupported persistent id (expected ('storage', type, key, location, numel))");
   const Node* tag = pid->items[0];
-  if ((tag->kind != Kind::Str && tag->kind != Kind::Bytes) || tag->s != "storage") fail("persistent id is not a storage");
+  if ((tag->kind != Kind::Str && tag->kind != Kind::Bytes) || tag->s != "storage")
+    fail("persistent id is not a storage");
   const Node* type = pid->items[1];
   const Node* key = pid->items[2];
   if (type->kind != Kind::Global) fail("storage type is not a class");
@@ -232,15 +296,18 @@ Node* Machine::rebuild_tensor(Node* args, bool v3) {
     if (d < 0 || s < 0) fail("negative tensor size or stride");
     t.shape.push_back(d);
     t.stride.push_back(s);
-    if (d == 0) numel = 0;
-    else if (__builtin_mul_overflow(numel, uint64_t(d), &numel)) fail("tensor numel overflows");
+    if (d == 0)
+      numel = 0;
+    else if (__builtin_mul_overflow(numel, uint64_t(d), &numel))
+      fail("tensor numel overflows");
     uint64_t span;
-    if (d > 0 && (__builtin_mul_overflow(uint64_t(d - 1), uint64_t(s), &span) || __builtin_add_overflow(last, span, &last)))
+    if (d > 0 &&
+        (__builtin_mul_overflow(uint64_t(d - 1), uint64_t(s), &span) || __builtin_add_overflow(last, span, &last)))
       fail("tensor extent overflows");
   }
   if (numel > 0 && last >= t.storage_numel)
-    fail("tensor (offset " + std::to_string(t.storage_offset) + ") runs past its storage '" + t.storage_key +
-         "' of " + std::to_string(t.storage_numel) + " elements");
+    fail("tensor (offset " + std::to_string(t.storage_offset) + ") runs past its storage '" + t.storage_key + "' of " +
+         std::to_string(t.storage_numel) + " elements");
   Node* n = make(Kind::Tensor);
   n->tensor = arena_.make_tensor(std::move(t));
   return n;
@@ -292,9 +359,12 @@ Node* Machine::reduce(Node* callee, Node* args, int depth) {
       const std::string& s = a[0]->s;
       for (size_t k = 0; k < s.size(); ++k) {
         const auto c = uint8_t(s[k]);
-        if (c < 0x80) b->s.push_back(char(c));
-        else if ((c & 0xE0) == 0xC0 && k + 1 < s.size()) b->s.push_back(char(((c & 0x1F) << 6) | (uint8_t(s[++k]) & 0x3F)));
-        else fail("_codecs.encode: not latin-1");
+        if (c < 0x80)
+          b->s.push_back(char(c));
+        else if ((c & 0xE0) == 0xC0 && k + 1 < s.size())
+          b->s.push_back(char(((c & 0x1F) << 6) | (uint8_t(s[++k]) & 0x3F)));
+        else
+          fail("_codecs.encode: not latin-1");
       }
       return b;
     }
@@ -320,8 +390,12 @@ const Node* Machine::run() {
     op_pos_ = pos_;
     const uint8_t op = *take(1);
     switch (op) {
-      case PROTO: if (le(1) > 5) fail("unsupported pickle protocol"); break;
-      case FRAME: le(8); break;
+      case PROTO:
+        if (le(1) > 5) fail("unsupported pickle protocol");
+        break;
+      case FRAME:
+        le(8);
+        break;
       case STOP: {
         Node* root = pop();
         if (!stack_.empty() || !marks_.empty()) fail("values left on the stack at STOP");
@@ -331,26 +405,65 @@ const Node* Machine::run() {
         if (marks_.size() >= limits_.max_stack) fail("too many MARKs");
         marks_.push_back(stack_.size());
         break;
-      case POP: pop(); break;
-      case POP_MARK: pop_mark(); break;
-      case DUP: push(top()); break;
-      case NONE: push(make(Kind::None)); break;
-      case NEWTRUE: case NEWFALSE: { Node* n = make(Kind::Bool); n->b = op == NEWTRUE; push(n); break; }
-      case BININT: { Node* n = make(Kind::Int); n->i = int32_t(uint32_t(le(4))); push(n); break; }
-      case BININT1: { Node* n = make(Kind::Int); n->i = int64_t(le(1)); push(n); break; }
-      case BININT2: { Node* n = make(Kind::Int); n->i = int64_t(le(2)); push(n); break; }
-      case LONG1: { const uint64_t n = le(1); push(make_int_bytes(bytes(n))); break; }
+      case POP:
+        pop();
+        break;
+      case POP_MARK:
+        pop_mark();
+        break;
+      case DUP:
+        push(top());
+        break;
+      case NONE:
+        push(make(Kind::None));
+        break;
+      case NEWTRUE:
+      case NEWFALSE: {
+        Node* n = make(Kind::Bool);
+        n->b = op == NEWTRUE;
+        push(n);
+        break;
+      }
+      case BININT: {
+        Node* n = make(Kind::Int);
+        n->i = int32_t(uint32_t(le(4)));
+        push(n);
+        break;
+      }
+      case BININT1: {
+        Node* n = make(Kind::Int);
+        n->i = int64_t(le(1));
+        push(n);
+        break;
+      }
+      case BININT2: {
+        Node* n = make(Kind::Int);
+        n->i = int64_t(le(2));
+        push(n);
+        break;
+      }
+      case LONG1: {
+        const uint64_t n = le(1);
+        push(make_int_bytes(bytes(n)));
+        break;
+      }
       case LONG4: {
         const int64_t n = int32_t(uint32_t(le(4)));
         if (n < 0) fail("negative LONG4 length");
         push(make_int_bytes(bytes(uint64_t(n))));
         break;
       }
-      case INT: case LONG: {
+      case INT:
+      case LONG: {
         std::string_view s = line();
         if (op == LONG && !s.empty() && s.back() == 'L') s.remove_suffix(1);
         Node* n = make(Kind::Int);
-        if (op == INT && (s == "00" || s == "01")) { n->kind = Kind::Bool; n->b = s == "01"; push(n); break; }
+        if (op == INT && (s == "00" || s == "01")) {
+          n->kind = Kind::Bool;
+          n->b = s == "01";
+          push(n);
+          break;
+        }
         auto r = std::from_chars(s.data(), s.data() + s.size(), n->i);
         if (r.ec != std::errc() || r.ptr != s.data() + s.size()) fail("bad text integer");
         push(n);
@@ -376,25 +489,71 @@ const Node* Machine::run() {
       }
       case STRING: {
         std::string_view s = line();
-        if (s.size() < 2 || (s.front() != '\'' && s.front() != '"') || s.back() != s.front()) fail("bad STRING quoting");
+        if (s.size() < 2 || (s.front() != '\'' && s.front() != '"') || s.back() != s.front())
+          fail("bad STRING quoting");
         push(make_str(s.substr(1, s.size() - 2)));
         break;
       }
-      case UNICODE: push(make_str(line())); break;
-      case SHORT_BINSTRING: case SHORT_BINUNICODE: { const uint64_t n = le(1); push(make_str(bytes(n))); break; }
-      case BINSTRING: case BINUNICODE: { const uint64_t n = le(4); push(make_str(bytes(n))); break; }
-      case BINUNICODE8: { const uint64_t n = le(8); push(make_str(bytes(n))); break; }
-      case SHORT_BINBYTES: { const uint64_t n = le(1); push(make_str(bytes(n), Kind::Bytes)); break; }
-      case BINBYTES: { const uint64_t n = le(4); push(make_str(bytes(n), Kind::Bytes)); break; }
-      case BINBYTES8: case BYTEARRAY8: { const uint64_t n = le(8); push(make_str(bytes(n), Kind::Bytes)); break; }
-      case EMPTY_LIST: push(make(Kind::List)); break;
-      case EMPTY_TUPLE: push(make(Kind::Tuple)); break;
-      case EMPTY_DICT: push(make(Kind::Dict)); break;
-      case EMPTY_SET: push(make(Kind::Set)); break;
-      case LIST: push(make_seq(Kind::List, pop_mark())); break;
-      case TUPLE: push(make_seq(Kind::Tuple, pop_mark())); break;
-      case FROZENSET: push(make_seq(Kind::Set, pop_mark())); break;
-      case TUPLE1: case TUPLE2: case TUPLE3: {
+      case UNICODE:
+        push(make_str(line()));
+        break;
+      case SHORT_BINSTRING:
+      case SHORT_BINUNICODE: {
+        const uint64_t n = le(1);
+        push(make_str(bytes(n)));
+        break;
+      }
+      case BINSTRING:
+      case BINUNICODE: {
+        const uint64_t n = le(4);
+        push(make_str(bytes(n)));
+        break;
+      }
+      case BINUNICODE8: {
+        const uint64_t n = le(8);
+        push(make_str(bytes(n)));
+        break;
+      }
+      case SHORT_BINBYTES: {
+        const uint64_t n = le(1);
+        push(make_str(bytes(n), Kind::Bytes));
+        break;
+      }
+      case BINBYTES: {
+        const uint64_t n = le(4);
+        push(make_str(bytes(n), Kind::Bytes));
+        break;
+      }
+      case BINBYTES8:
+      case BYTEARRAY8: {
+        const uint64_t n = le(8);
+        push(make_str(bytes(n), Kind::Bytes));
+        break;
+      }
+      case EMPTY_LIST:
+        push(make(Kind::List));
+        break;
+      case EMPTY_TUPLE:
+        push(make(Kind::Tuple));
+        break;
+      case EMPTY_DICT:
+        push(make(Kind::Dict));
+        break;
+      case EMPTY_SET:
+        push(make(Kind::Set));
+        break;
+      case LIST:
+        push(make_seq(Kind::List, pop_mark()));
+        break;
+      case TUPLE:
+        push(make_seq(Kind::Tuple, pop_mark()));
+        break;
+      case FROZENSET:
+        push(make_seq(Kind::Set, pop_mark()));
+        break;
+      case TUPLE1:
+      case TUPLE2:
+      case TUPLE3: {
         const size_t n = size_t(op - TUPLE1 + 1);
         if (stack_.size() < floor() + n) fail("stack underflow in TUPLE" + std::to_string(n));
         std::vector<Node*> items(stack_.end() - long(n), stack_.end());
@@ -408,12 +567,40 @@ const Node* Machine::run() {
         push(d);
         break;
       }
-      case APPEND: { Node* v = pop(); append_items(top(), {v}); break; }
-      case APPENDS: { auto items = pop_mark(); append_items(top(), items); break; }
-      case ADDITEMS: { auto items = pop_mark(); Node* s = top(); if (s->kind != Kind::Set) fail("ADDITEMS on a non-set"); s->items.insert(s->items.end(), items.begin(), items.end()); break; }
-      case SETITEM: { Node* v = pop(); Node* k = pop(); set_items(top(), {k, v}); break; }
-      case SETITEMS: { auto kv = pop_mark(); set_items(top(), kv); break; }
-      case GLOBAL: { std::string_view m = line(); std::string_view n = line(); push(make_global(m, n)); break; }
+      case APPEND: {
+        Node* v = pop();
+        append_items(top(), {v});
+        break;
+      }
+      case APPENDS: {
+        auto items = pop_mark();
+        append_items(top(), items);
+        break;
+      }
+      case ADDITEMS: {
+        auto items = pop_mark();
+        Node* s = top();
+        if (s->kind != Kind::Set) fail("ADDITEMS on a non-set");
+        s->items.insert(s->items.end(), items.begin(), items.end());
+        break;
+      }
+      case SETITEM: {
+        Node* v = pop();
+        Node* k = pop();
+        set_items(top(), {k, v});
+        break;
+      }
+      case SETITEMS: {
+        auto kv = pop_mark();
+        set_items(top(), kv);
+        break;
+      }
+      case GLOBAL: {
+        std::string_view m = line();
+        std::string_view n = line();
+        push(make_global(m, n));
+        break;
+      }
       case STACK_GLOBAL: {
         Node* n = pop();
         Node* m = pop();
@@ -421,8 +608,14 @@ const Node* Machine::run() {
         push(make_global(m->s, n->s));
         break;
       }
-      case REDUCE: { Node* args = pop(); Node* callee = pop(); push(reduce(callee, args)); break; }
-      case NEWOBJ: case NEWOBJ_EX: {
+      case REDUCE: {
+        Node* args = pop();
+        Node* callee = pop();
+        push(reduce(callee, args));
+        break;
+      }
+      case NEWOBJ:
+      case NEWOBJ_EX: {
         if (op == NEWOBJ_EX) pop();  // kwargs: kept out of the tree, no loader we serve uses them
         Node* args = pop();
         Node* cls = pop();
@@ -434,7 +627,8 @@ const Node* Machine::run() {
         push(o);
         break;
       }
-      case INST: case OBJ: {
+      case INST:
+      case OBJ: {
         Node* cls;
         std::vector<Node*> items;
         if (op == INST) {
@@ -457,13 +651,21 @@ const Node* Machine::run() {
       case BUILD: {
         Node* state = pop();
         Node* obj = top();
-        if (obj->kind == Kind::Tensor) obj->tensor->attrs = state;
-        else if (obj->kind == Kind::Object || obj->kind == Kind::Dict) obj->state = state;
-        else fail(std::string("BUILD on a ") + std::string(obj->kind_name()));
+        if (obj->kind == Kind::Tensor)
+          obj->tensor->attrs = state;
+        else if (obj->kind == Kind::Object || obj->kind == Kind::Dict)
+          obj->state = state;
+        else
+          fail(std::string("BUILD on a ") + std::string(obj->kind_name()));
         break;
       }
-      case BINPERSID: { Node* pid = pop(); push(persistent_load(pid)); break; }
-      case PERSID: fail("text persistent ids are not supported");
+      case BINPERSID: {
+        Node* pid = pop();
+        push(persistent_load(pid));
+        break;
+      }
+      case PERSID:
+        fail("text persistent ids are not supported");
       case PUT: {
         std::string_view s = line();
         uint64_t idx = 0;
@@ -472,9 +674,15 @@ const Node* Machine::run() {
         memo_put(idx, top());
         break;
       }
-      case BINPUT: memo_put(le(1), top()); break;
-      case LONG_BINPUT: memo_put(le(4), top()); break;
-      case MEMOIZE: memo_put(memo_.size() + memo_sparse_.size(), top()); break;
+      case BINPUT:
+        memo_put(le(1), top());
+        break;
+      case LONG_BINPUT:
+        memo_put(le(4), top());
+        break;
+      case MEMOIZE:
+        memo_put(memo_.size() + memo_sparse_.size(), top());
+        break;
       case GET: {
         std::string_view s = line();
         uint64_t idx = 0;
@@ -483,10 +691,19 @@ const Node* Machine::run() {
         push(memo_get(idx));
         break;
       }
-      case BINGET: push(memo_get(le(1))); break;
-      case LONG_BINGET: push(memo_get(le(4))); break;
-      case EXT1: case EXT2: case EXT4: fail("extension-registry opcodes are not supported");
-      case NEXT_BUFFER: case READONLY_BUFFER: fail("out-of-band buffers are not supported");
+      case BINGET:
+        push(memo_get(le(1)));
+        break;
+      case LONG_BINGET:
+        push(memo_get(le(4)));
+        break;
+      case EXT1:
+      case EXT2:
+      case EXT4:
+        fail("extension-registry opcodes are not supported");
+      case NEXT_BUFFER:
+      case READONLY_BUFFER:
+        fail("out-of-band buffers are not supported");
       default: {
         char hex[8];
         snprintf(hex, sizeof hex, "0x%02x", op);
@@ -498,8 +715,8 @@ const Node* Machine::run() {
 
 }  // namespace
 
-const Node* decode_pickle(std::string_view bytes, Arena& arena, const std::string& file,
-                          const StorageResolver& resolve, const PickleLimits& limits) {
+const Node* decode_pickle(std::string_view bytes, Arena& arena, const std::string& file, const StorageResolver& resolve,
+                          const PickleLimits& limits) {
   Machine m(bytes, arena, file, resolve, limits);
   return m.run();
 }

@@ -32,14 +32,24 @@ class Emitter {
     put(idx);
   }
   void put(uint32_t idx) {
-    if (idx < 256) { u8('q'); u8(uint8_t(idx)); }
-    else { u8('r'); le(idx, 4); }
+    if (idx < 256) {
+      u8('q');
+      u8(uint8_t(idx));
+    } else {
+      u8('r');
+      le(idx, 4);
+    }
   }
   bool get(const void* key) {
     auto it = memo_.find(key);
     if (it == memo_.end()) return false;
-    if (it->second < 256) { u8('h'); u8(uint8_t(it->second)); }
-    else { u8('j'); le(it->second, 4); }
+    if (it->second < 256) {
+      u8('h');
+      u8(uint8_t(it->second));
+    } else {
+      u8('j');
+      le(it->second, 4);
+    }
     return true;
   }
 
@@ -47,10 +57,16 @@ class Emitter {
   const void* unique_key() { return &unique_.emplace_back(); }
 
   void save_int(int64_t v) {
-    if (v >= 0 && v < 256) { u8('K'); u8(uint8_t(v)); }
-    else if (v >= 0 && v < 65536) { u8('M'); le(uint64_t(v), 2); }
-    else if (v >= INT32_MIN && v <= INT32_MAX) { u8('J'); le(uint64_t(v), 4); }
-    else {
+    if (v >= 0 && v < 256) {
+      u8('K');
+      u8(uint8_t(v));
+    } else if (v >= 0 && v < 65536) {
+      u8('M');
+      le(uint64_t(v), 2);
+    } else if (v >= INT32_MIN && v <= INT32_MAX) {
+      u8('J');
+      le(uint64_t(v), 4);
+    } else {
       // LONG1: minimal little-endian two's complement, as pickle's encode_long.
       std::string b;
       uint64_t u = uint64_t(v);
@@ -58,10 +74,16 @@ class Emitter {
       while (b.size() > 1 && ((b.back() == 0 && !(uint8_t(b[b.size() - 2]) & 0x80)) ||
                               (uint8_t(b.back()) == 0xFF && (uint8_t(b[b.size() - 2]) & 0x80))))
         b.pop_back();
-      u8(0x8a); u8(uint8_t(b.size())); w() += b;
+      u8(0x8a);
+      u8(uint8_t(b.size()));
+      w() += b;
     }
   }
-  void save_str_raw(const std::string& s) { u8('X'); le(s.size(), 4); w() += s; }
+  void save_str_raw(const std::string& s) {
+    u8('X');
+    le(s.size(), 4);
+    w() += s;
+  }
   void save_str(const void* key, const std::string& s) {
     if (get(key)) return;
     save_str_raw(s);
@@ -99,8 +121,10 @@ class Emitter {
     if (items.empty()) return empty_tuple();
     if (items.size() > 3) u8('(');
     for (const Node* it : items) save(it, depth + 1);
-    if (items.size() <= 3) u8(uint8_t(0x85 + items.size() - 1));
-    else u8('t');
+    if (items.size() <= 3)
+      u8(uint8_t(0x85 + items.size() - 1));
+    else
+      u8('t');
     memoize(key);
   }
   void save_tensor(const Tensor* t, int depth) {
@@ -124,7 +148,10 @@ class Emitter {
     save_int(0);
     std::vector<int64_t> stride(t->shape.size());
     int64_t s = 1;
-    for (size_t k = t->shape.size(); k-- > 0;) { stride[k] = s; s *= t->shape[k]; }
+    for (size_t k = t->shape.size(); k-- > 0;) {
+      stride[k] = s;
+      s *= t->shape[k];
+    }
     save_shape(t->shape, depth);
     save_shape(stride, depth);
     u8(t->requires_grad ? 0x88 : 0x89);
@@ -141,8 +168,10 @@ class Emitter {
     if (dims.empty()) return empty_tuple();
     if (dims.size() > 3) u8('(');
     for (int64_t d : dims) save_int(d);
-    if (dims.size() <= 3) u8(uint8_t(0x85 + dims.size() - 1));
-    else u8('t');
+    if (dims.size() <= 3)
+      u8(uint8_t(0x85 + dims.size() - 1));
+    else
+      u8('t');
     memoize(unique_key());
   }
 
@@ -150,12 +179,28 @@ class Emitter {
     if (!n) throw Error("pickle writer: null value");
     if (depth > 200) throw Error("pickle writer: value nested too deeply");
     switch (n->kind) {
-      case Kind::None: u8('N'); return;
-      case Kind::Bool: u8(n->b ? 0x88 : 0x89); return;
-      case Kind::Int: save_int(n->i); return;
-      case Kind::BigInt: u8(0x8a); u8(uint8_t(n->s.size())); w() += n->s; return;
-      case Kind::Float: { u8('G'); const auto v = std::bit_cast<uint64_t>(n->f); for (int k = 7; k >= 0; --k) u8(uint8_t(v >> (8 * k))); return; }
-      case Kind::Str: return save_str(n, n->s);
+      case Kind::None:
+        u8('N');
+        return;
+      case Kind::Bool:
+        u8(n->b ? 0x88 : 0x89);
+        return;
+      case Kind::Int:
+        save_int(n->i);
+        return;
+      case Kind::BigInt:
+        u8(0x8a);
+        u8(uint8_t(n->s.size()));
+        w() += n->s;
+        return;
+      case Kind::Float: {
+        u8('G');
+        const auto v = std::bit_cast<uint64_t>(n->f);
+        for (int k = 7; k >= 0; --k) u8(uint8_t(v >> (8 * k)));
+        return;
+      }
+      case Kind::Str:
+        return save_str(n, n->s);
       case Kind::Bytes: {
         if (get(n)) return;
         if (n->s.empty()) {
@@ -165,8 +210,12 @@ class Emitter {
           save_global("_codecs", "encode");
           std::string latin1;  // bytes travel as their latin-1 decoding, UTF-8 encoded
           for (unsigned char c : n->s) {
-            if (c < 0x80) latin1.push_back(char(c));
-            else { latin1.push_back(char(0xC0 | (c >> 6))); latin1.push_back(char(0x80 | (c & 0x3F))); }
+            if (c < 0x80)
+              latin1.push_back(char(c));
+            else {
+              latin1.push_back(char(0xC0 | (c >> 6)));
+              latin1.push_back(char(0x80 | (c & 0x3F)));
+            }
           }
           save_str(&strs_.emplace_back(latin1), latin1);
           save_str(&kLatin1, "latin1");
@@ -196,7 +245,10 @@ class Emitter {
         }
         memoize(n);
         save_entries(n, depth);
-        if (n->state) { save(n->state, depth + 1); u8('b'); }
+        if (n->state) {
+          save(n->state, depth + 1);
+          u8('b');
+        }
         return;
       case Kind::Set: {
         if (get(n)) return;
@@ -210,7 +262,8 @@ class Emitter {
         memoize(n);
         return;
       }
-      case Kind::Global: return save_global(n->s, n->s2);
+      case Kind::Global:
+        return save_global(n->s, n->s2);
       case Kind::Object:
         if (get(n)) return;
         save(n->callee, depth + 1);
@@ -219,15 +272,24 @@ class Emitter {
         memoize(n);
         if (!n->items.empty()) save_items(n, depth);
         if (!n->entries.empty()) save_entries(n, depth);
-        if (n->state) { save(n->state, depth + 1); u8('b'); }
+        if (n->state) {
+          save(n->state, depth + 1);
+          u8('b');
+        }
         return;
-      case Kind::Tensor: return save_tensor(n->tensor, depth);
-      case Kind::Storage: throw Error("pickle writer: bare storages are not supported");
+      case Kind::Tensor:
+        return save_tensor(n->tensor, depth);
+      case Kind::Storage:
+        throw Error("pickle writer: bare storages are not supported");
     }
   }
 
   static inline const char kStorage = 0, kCpu = 0, kLatin1 = 0;
-  static inline const Node kEmptyTuple = [] { Node n; n.kind = Kind::Tuple; return n; }();
+  static inline const Node kEmptyTuple = [] {
+    Node n;
+    n.kind = Kind::Tuple;
+    return n;
+  }();
   PickledTensors out_;
   std::unordered_map<const void*, uint32_t> memo_;
   std::unordered_map<std::string, const std::string*> globals_;
@@ -238,6 +300,8 @@ class Emitter {
 
 }  // namespace
 
-PickledTensors pickle_value(const Node* root) { return Emitter().run(root); }
+PickledTensors pickle_value(const Node* root) {
+  return Emitter().run(root);
+}
 
 }  // namespace zm::pt

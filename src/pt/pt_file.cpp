@@ -7,7 +7,9 @@
 
 namespace zm::pt {
 
-uint64_t hash_bytes(const void* data, size_t n) { return XXH3_64bits(data, n); }
+uint64_t hash_bytes(const void* data, size_t n) {
+  return XXH3_64bits(data, n);
+}
 
 std::unique_ptr<PtFile> load_pt(const std::string& path, const PickleLimits& limits) {
   auto pt = std::make_unique<PtFile>();

@@ -15,15 +15,21 @@ constexpr uint64_t kAlign = 64;
 
 struct Bytes {
   std::string s;
-  void u16(uint64_t v) { for (int k = 0; k < 2; ++k) s.push_back(char(v >> (8 * k))); }
-  void u32(uint64_t v) { for (int k = 0; k < 4; ++k) s.push_back(char(v >> (8 * k))); }
-  void u64(uint64_t v) { for (int k = 0; k < 8; ++k) s.push_back(char(v >> (8 * k))); }
+  void u16(uint64_t v) {
+    for (int k = 0; k < 2; ++k) s.push_back(char(v >> (8 * k)));
+  }
+  void u32(uint64_t v) {
+    for (int k = 0; k < 4; ++k) s.push_back(char(v >> (8 * k)));
+  }
+  void u64(uint64_t v) {
+    for (int k = 0; k < 8; ++k) s.push_back(char(v >> (8 * k)));
+  }
 };
 
 struct Record {
   std::string name;
-  std::string inline_data;          // small records
-  const Tensor* tensor = nullptr;   // storage records
+  std::string inline_data;         // small records
+  const Tensor* tensor = nullptr;  // storage records
   uint64_t size() const { return tensor ? tensor->nbytes() : inline_data.size(); }
 };
 
@@ -59,7 +65,8 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     uint64_t have = 0;
     for (const Extent& e : t->data) have += e.length;
     if (have != t->nbytes())
-      throw Error("pt writer: tensor needs " + std::to_string(t->nbytes()) + " bytes, its extents hold " + std::to_string(have));
+      throw Error("pt writer: tensor needs " + std::to_string(t->nbytes()) + " bytes, its extents hold " +
+                  std::to_string(have));
     recs.push_back({opts.prefix + "/data/" + std::to_string(k), {}, t});
   }
   recs.push_back({opts.prefix + "/version", "3\n", nullptr});
@@ -73,10 +80,22 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     Bytes lx, cx;
     if (z64) {
       Bytes lb, cb;
-      if (size >= kBig) { lb.u64(size); lb.u64(0); cb.u64(size); cb.u64(size); }
-      if (pos >= kBig) { lb.u64(pos); cb.u64(pos); }
-      lx.u16(1); lx.u16(lb.s.size()); lx.s += lb.s;
-      cx.u16(1); cx.u16(cb.s.size()); cx.s += cb.s;
+      if (size >= kBig) {
+        lb.u64(size);
+        lb.u64(0);
+        cb.u64(size);
+        cb.u64(size);
+      }
+      if (pos >= kBig) {
+        lb.u64(pos);
+        cb.u64(pos);
+      }
+      lx.u16(1);
+      lx.u16(lb.s.size());
+      lx.s += lb.s;
+      cx.u16(1);
+      cx.u16(cb.s.size());
+      cx.s += cb.s;
     }
     // The "FB" extra pads the local header so that the data starts on a 64-byte boundary.
     const uint64_t start = pos + 30 + r.name.size() + lx.s.size() + 4;
@@ -88,8 +107,17 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     const uint32_t crc = record_crc(r, opts.crc_source);
 
     Bytes h;
-    h.u32(0x04034b50); h.u16(0); h.u16(flags); h.u16(0); h.u16(0); h.u16(0);
-    h.u32(0); h.u32(0); h.u32(0); h.u16(r.name.size()); h.u16(lx.s.size());
+    h.u32(0x04034b50);
+    h.u16(0);
+    h.u16(flags);
+    h.u16(0);
+    h.u16(0);
+    h.u16(0);
+    h.u32(0);
+    h.u32(0);
+    h.u32(0);
+    h.u16(r.name.size());
+    h.u16(lx.s.size());
     h.s += r.name;
     h.s += lx.s;
     vf.append_inline(h.s);
@@ -100,13 +128,33 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     }
     if (size) {
       Bytes dd;
-      dd.u32(0x08074b50); dd.u32(crc);
-      if (z64) { dd.u64(size); dd.u64(size); } else { dd.u32(size); dd.u32(size); }
+      dd.u32(0x08074b50);
+      dd.u32(crc);
+      if (z64) {
+        dd.u64(size);
+        dd.u64(size);
+      } else {
+        dd.u32(size);
+        dd.u32(size);
+      }
       vf.append_inline(dd.s);
     }
-    cd.u32(0x02014b50); cd.u16(0); cd.u16(0); cd.u16(flags); cd.u16(0); cd.u16(0); cd.u16(0);
-    cd.u32(crc); cd.u32(std::min(size, kBig)); cd.u32(std::min(size, kBig));
-    cd.u16(r.name.size()); cd.u16(cx.s.size()); cd.u16(0); cd.u16(0); cd.u16(0); cd.u32(0);
+    cd.u32(0x02014b50);
+    cd.u16(0);
+    cd.u16(0);
+    cd.u16(flags);
+    cd.u16(0);
+    cd.u16(0);
+    cd.u16(0);
+    cd.u32(crc);
+    cd.u32(std::min(size, kBig));
+    cd.u32(std::min(size, kBig));
+    cd.u16(r.name.size());
+    cd.u16(cx.s.size());
+    cd.u16(0);
+    cd.u16(0);
+    cd.u16(0);
+    cd.u32(0);
     cd.u32(std::min(pos, kBig));
     cd.s += r.name;
     cd.s += cx.s;
@@ -116,11 +164,28 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
   Bytes end;
   end.s = std::move(cd.s);
   const uint64_t z64_ofs = cd_ofs + cd_size;
-  end.u32(0x06064b50); end.u64(44); end.u16(0x031E); end.u16(0x002D); end.u32(0); end.u32(0);
-  end.u64(n); end.u64(n); end.u64(cd_size); end.u64(cd_ofs);
-  end.u32(0x07064b50); end.u32(0); end.u64(z64_ofs); end.u32(1);
-  end.u32(0x06054b50); end.u16(0); end.u16(0); end.u16(std::min<uint64_t>(n, 0xFFFF)); end.u16(std::min<uint64_t>(n, 0xFFFF));
-  end.u32(std::min(cd_size, kBig)); end.u32(std::min(cd_ofs, kBig)); end.u16(0);
+  end.u32(0x06064b50);
+  end.u64(44);
+  end.u16(0x031E);
+  end.u16(0x002D);
+  end.u32(0);
+  end.u32(0);
+  end.u64(n);
+  end.u64(n);
+  end.u64(cd_size);
+  end.u64(cd_ofs);
+  end.u32(0x07064b50);
+  end.u32(0);
+  end.u64(z64_ofs);
+  end.u32(1);
+  end.u32(0x06054b50);
+  end.u16(0);
+  end.u16(0);
+  end.u16(std::min<uint64_t>(n, 0xFFFF));
+  end.u16(std::min<uint64_t>(n, 0xFFFF));
+  end.u32(std::min(cd_size, kBig));
+  end.u32(std::min(cd_ofs, kBig));
+  end.u16(0);
   vf.append_inline(end.s);
   return vf;
 }

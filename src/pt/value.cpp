@@ -35,20 +35,35 @@ const Node* Node::get(int64_t key) const {
 
 std::string_view Node::kind_name() const {
   switch (kind) {
-    case Kind::None: return "None";
-    case Kind::Bool: return "bool";
-    case Kind::Int: case Kind::BigInt: return "int";
-    case Kind::Float: return "float";
-    case Kind::Str: return "str";
-    case Kind::Bytes: return "bytes";
-    case Kind::List: return "list";
-    case Kind::Tuple: return "tuple";
-    case Kind::Dict: return b ? "OrderedDict" : "dict";
-    case Kind::Set: return "set";
-    case Kind::Global: return "global";
-    case Kind::Object: return "object";
-    case Kind::Storage: return "storage";
-    case Kind::Tensor: return "tensor";
+    case Kind::None:
+      return "None";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+    case Kind::BigInt:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::Str:
+      return "str";
+    case Kind::Bytes:
+      return "bytes";
+    case Kind::List:
+      return "list";
+    case Kind::Tuple:
+      return "tuple";
+    case Kind::Dict:
+      return b ? "OrderedDict" : "dict";
+    case Kind::Set:
+      return "set";
+    case Kind::Global:
+      return "global";
+    case Kind::Object:
+      return "object";
+    case Kind::Storage:
+      return "storage";
+    case Kind::Tensor:
+      return "tensor";
   }
   return "?";
 }
@@ -78,7 +93,9 @@ Node* Arena::make_global(std::string module, std::string name) {
   return n;
 }
 
-Tensor* Arena::make_tensor(Tensor t) { return &tensors_.emplace_back(std::move(t)); }
+Tensor* Arena::make_tensor(Tensor t) {
+  return &tensors_.emplace_back(std::move(t));
+}
 
 Node* Arena::make_tensor_node(Tensor t) {
   Node* n = make(Kind::Tensor);
@@ -113,21 +130,41 @@ namespace {
 
 void render(std::string& out, const Node* n, int depth, int max_depth) {
   if (out.size() > 400) return;
-  if (!n) { out += "<null>"; return; }
+  if (!n) {
+    out += "<null>";
+    return;
+  }
   switch (n->kind) {
-    case Kind::None: out += "None"; return;
-    case Kind::Bool: out += n->b ? "True" : "False"; return;
-    case Kind::Int: out += std::to_string(n->i); return;
-    case Kind::BigInt: out += "<bigint>"; return;
-    case Kind::Float: out += std::to_string(n->f); return;
-    case Kind::Str: out += "'" + n->s.substr(0, 80) + "'"; return;
-    case Kind::Bytes: out += "b<" + std::to_string(n->s.size()) + ">"; return;
-    case Kind::Global: out += n->s + "." + n->s2; return;
-    case Kind::Storage: out += "storage(" + n->tensor->storage_key + ")"; return;
+    case Kind::None:
+      out += "None";
+      return;
+    case Kind::Bool:
+      out += n->b ? "True" : "False";
+      return;
+    case Kind::Int:
+      out += std::to_string(n->i);
+      return;
+    case Kind::BigInt:
+      out += "<bigint>";
+      return;
+    case Kind::Float:
+      out += std::to_string(n->f);
+      return;
+    case Kind::Str:
+      out += "'" + n->s.substr(0, 80) + "'";
+      return;
+    case Kind::Bytes:
+      out += "b<" + std::to_string(n->s.size()) + ">";
+      return;
+    case Kind::Global:
+      out += n->s + "." + n->s2;
+      return;
+    case Kind::Storage:
+      out += "storage(" + n->tensor->storage_key + ")";
+      return;
     case Kind::Tensor: {
       out += "tensor " + std::string(dtype_name(n->tensor->dtype)) + "[";
-      for (size_t k = 0; k < n->tensor->shape.size(); ++k)
-        out += (k ? ", " : "") + std::to_string(n->tensor->shape[k]);
+      for (size_t k = 0; k < n->tensor->shape.size(); ++k) out += (k ? ", " : "") + std::to_string(n->tensor->shape[k]);
       out += "]";
       return;
     }
@@ -136,9 +173,13 @@ void render(std::string& out, const Node* n, int depth, int max_depth) {
       render(out, n->callee, depth + 1, max_depth);
       out += ">";
       return;
-    default: break;
+    default:
+      break;
   }
-  if (depth >= max_depth) { out += std::string(n->kind_name()) + "[...]"; return; }
+  if (depth >= max_depth) {
+    out += std::string(n->kind_name()) + "[...]";
+    return;
+  }
   bool dict = n->kind == Kind::Dict;
   out += dict ? "{" : n->kind == Kind::Tuple ? "(" : "[";
   size_t count = dict ? n->entries.size() : n->items.size();

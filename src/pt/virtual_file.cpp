@@ -43,8 +43,8 @@ void VirtualFile::append_zero(uint64_t n) {
 size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ByteSource& src) const {
   if (offset >= size_) return 0;
   n = size_t(std::min<uint64_t>(n, size_ - offset));
-  auto it = std::upper_bound(segs_.begin(), segs_.end(), offset,
-                             [](uint64_t o, const Segment& s) { return o < s.start; });
+  auto it =
+      std::upper_bound(segs_.begin(), segs_.end(), offset, [](uint64_t o, const Segment& s) { return o < s.start; });
   --it;  // the segment holding `offset`; segments tile [0, size_)
   auto* out = static_cast<char*>(buf);
   size_t done = 0;
@@ -52,9 +52,15 @@ size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ByteSource&
     const uint64_t within = offset + done - it->start;
     const size_t take = size_t(std::min<uint64_t>(n - done, it->length - within));
     switch (it->kind) {
-      case Segment::Inline: memcpy(out + done, blob_.data() + it->offset + within, take); break;
-      case Segment::Zero: memset(out + done, 0, take); break;
-      case Segment::Source: src.pread(it->source, it->offset + within, out + done, take); break;
+      case Segment::Inline:
+        memcpy(out + done, blob_.data() + it->offset + within, take);
+        break;
+      case Segment::Zero:
+        memset(out + done, 0, take);
+        break;
+      case Segment::Source:
+        src.pread(it->source, it->offset + within, out + done, take);
+        break;
     }
     done += take;
   }

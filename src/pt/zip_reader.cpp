@@ -11,13 +11,19 @@
 namespace zm::pt {
 namespace {
 
-constexpr uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEocdSig = 0x06054b50,
-                   kZip64EocdSig = 0x06064b50, kZip64LocatorSig = 0x07064b50;
+constexpr uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEocdSig = 0x06054b50, kZip64EocdSig = 0x06064b50,
+                   kZip64LocatorSig = 0x07064b50;
 constexpr uint64_t kBig32 = 0xFFFFFFFFu;
 
-uint16_t u16(const unsigned char* p) { return uint16_t(p[0] | p[1] << 8); }
-uint32_t u32(const unsigned char* p) { return uint32_t(u16(p)) | uint32_t(u16(p + 2)) << 16; }
-uint64_t u64(const unsigned char* p) { return uint64_t(u32(p)) | uint64_t(u32(p + 4)) << 32; }
+uint16_t u16(const unsigned char* p) {
+  return uint16_t(p[0] | p[1] << 8);
+}
+uint32_t u32(const unsigned char* p) {
+  return uint32_t(u16(p)) | uint32_t(u16(p + 2)) << 16;
+}
+uint64_t u64(const unsigned char* p) {
+  return uint64_t(u32(p)) | uint64_t(u32(p + 4)) << 32;
+}
 
 }  // namespace
 
@@ -28,7 +34,9 @@ File::File(const std::string& path) : path_(path) {
   if (!S_ISREG(st_.st_mode)) throw FormatError(where(path, "not a regular file"));
 }
 
-File::File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), st_(o.st_) { o.fd_ = -1; }
+File::File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), st_(o.st_) {
+  o.fd_ = -1;
+}
 
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {
@@ -47,15 +55,17 @@ File::~File() {
 
 void File::read_exact(uint64_t offset, void* buf, size_t n, const char* what) const {
   if (offset > size() || n > size() - offset)
-    throw FormatError(where(path_, std::string("truncated: ") + what + " needs " + std::to_string(n) +
-                                       " bytes, file has " + std::to_string(size()),
+    throw FormatError(where(path_,
+                            std::string("truncated: ") + what + " needs " + std::to_string(n) + " bytes, file has " +
+                                std::to_string(size()),
                             (long long)offset));
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
     ssize_t r = ::pread(fd_, p, n, off_t(offset));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) throw Error(where(path_, std::string("read failed: ") + strerror(errno), (long long)offset), errno);
-    if (r == 0) throw FormatError(where(path_, std::string("unexpected end of file reading ") + what, (long long)offset));
+    if (r == 0)
+      throw FormatError(where(path_, std::string("unexpected end of file reading ") + what, (long long)offset));
     p += r;
     n -= size_t(r);
     offset += uint64_t(r);
@@ -75,8 +85,9 @@ ZipReader::ZipReader(const File& file) : file_(file) {
   if (fsize < 4) throw FormatError(where(path, "too small to be a torch.save file"));
   file.read_exact(0, magic, 4, "magic");
   if (u32(magic) != kLocalSig)
-    throw FormatError(where(path, "not a zip archive: legacy torch.save format is not supported "
-                                  "(re-save with torch >= 1.6 zip serialization)"));
+    throw FormatError(where(path,
+                            "not a zip archive: legacy torch.save format is not supported "
+                            "(re-save with torch >= 1.6 zip serialization)"));
   if (fsize < 22) throw FormatError(where(path, "too small for a zip end record"));
 
   // The EOCD is the last 22 bytes plus a comment of at most 64 KiB.
@@ -85,7 +96,10 @@ ZipReader::ZipReader(const File& file) : file_(file) {
   const auto* t = reinterpret_cast<const unsigned char*>(tail.data());
   int64_t eocd = -1;
   for (int64_t k = int64_t(tail_len) - 22; k >= 0; --k) {
-    if (u32(t + k) == kEocdSig && uint64_t(k) + 22 + u16(t + k + 20) <= tail_len) { eocd = k; break; }
+    if (u32(t + k) == kEocdSig && uint64_t(k) + 22 + u16(t + k + 20) <= tail_len) {
+      eocd = k;
+      break;
+    }
   }
   if (eocd < 0) throw FormatError(where(path, "no zip end-of-central-directory record (truncated?)"));
   const uint64_t eocd_ofs = fsize - tail_len + uint64_t(eocd);
@@ -109,7 +123,9 @@ ZipReader::ZipReader(const File& file) : file_(file) {
   if (cd_ofs > fsize || cd_size > fsize - cd_ofs)
     throw FormatError(where(path, "central directory lies outside the file (truncated?)", (long long)cd_ofs));
   if (count == 0) throw FormatError(where(path, "zip archive has no entries"));
-  if (count > cd_size / 46) throw FormatError(where(path, "zip entry count " + std::to_string(count) + " exceeds what the central directory can hold"));
+  if (count > cd_size / 46)
+    throw FormatError(
+        where(path, "zip entry count " + std::to_string(count) + " exceeds what the central directory can hold"));
 
   std::string cd = file.read_string(cd_ofs, cd_size, "central directory");
   const auto* c = reinterpret_cast<const unsigned char*>(cd.data());
@@ -174,14 +190,17 @@ uint64_t ZipReader::data_offset(const ZipEntry& e) const {
     throw FormatError(where(file_.path(), "bad local header signature for " + e.name, (long long)e.local_header));
   const uint64_t ofs = e.local_header + 30 + u16(h + 26) + u16(h + 28);
   if (ofs > file_.size() || e.compressed_size > file_.size() - ofs)
-    throw FormatError(where(file_.path(), "data of " + e.name + " runs past the end of the file (truncated?)", (long long)ofs));
+    throw FormatError(
+        where(file_.path(), "data of " + e.name + " runs past the end of the file (truncated?)", (long long)ofs));
   return ofs;
 }
 
 std::string ZipReader::read(const ZipEntry& e, uint64_t max_size) const {
-  if (e.method != 0) throw FormatError(where(file_.path(), "record " + e.name + " is compressed; only stored records are supported"));
+  if (e.method != 0)
+    throw FormatError(where(file_.path(), "record " + e.name + " is compressed; only stored records are supported"));
   if (e.size > max_size)
-    throw FormatError(where(file_.path(), "record " + e.name + " is " + std::to_string(e.size) + " bytes, over the limit"));
+    throw FormatError(
+        where(file_.path(), "record " + e.name + " is " + std::to_string(e.size) + " bytes, over the limit"));
   return file_.read_string(data_offset(e), e.size, e.name.c_str());
 }
 

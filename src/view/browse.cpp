@@ -17,20 +17,27 @@ using ds::with_commas;
 
 namespace {
 
-std::string pad(std::string s, size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
-std::string lpad(std::string s, size_t w) { return s.size() >= w ? s : std::string(w - s.size(), ' ') + s; }
+std::string pad(std::string s, size_t w) {
+  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
+}
+std::string lpad(std::string s, size_t w) {
+  return s.size() >= w ? s : std::string(w - s.size(), ' ') + s;
+}
 
 std::string group_text(const ds::Param& p) {
   return std::to_string(p.group) + (p.sub_group >= 0 ? " (sub-group " + std::to_string(p.sub_group) + ")" : "");
 }
 
-std::string file_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
+std::string file_name(const std::string& path) {
+  return path.substr(path.find_last_of('/') + 1);
+}
 
 float half_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
   uint32_t bits;
   if (exp == 0) {
-    if (man == 0) bits = sign;
+    if (man == 0)
+      bits = sign;
     else {  // subnormal
       float f = std::ldexp(float(man), -24);
       return sign ? -f : f;
@@ -47,11 +54,29 @@ float half_to_float(uint16_t h) {
 
 double element(const char* p, pt::DType d) {
   switch (d) {
-    case pt::DType::F32: { float v; memcpy(&v, p, 4); return v; }
-    case pt::DType::F64: { double v; memcpy(&v, p, 8); return v; }
-    case pt::DType::BF16: { uint32_t b = uint32_t(uint16_t(p[0] & 0xFF) | uint16_t(p[1] & 0xFF) << 8) << 16; float v; memcpy(&v, &b, 4); return v; }
-    case pt::DType::F16: { uint16_t h; memcpy(&h, p, 2); return half_to_float(h); }
-    default: return std::numeric_limits<double>::quiet_NaN();
+    case pt::DType::F32: {
+      float v;
+      memcpy(&v, p, 4);
+      return v;
+    }
+    case pt::DType::F64: {
+      double v;
+      memcpy(&v, p, 8);
+      return v;
+    }
+    case pt::DType::BF16: {
+      uint32_t b = uint32_t(uint16_t(p[0] & 0xFF) | uint16_t(p[1] & 0xFF) << 8) << 16;
+      float v;
+      memcpy(&v, &b, 4);
+      return v;
+    }
+    case pt::DType::F16: {
+      uint16_t h;
+      memcpy(&h, p, 2);
+      return half_to_float(h);
+    }
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
   }
 }
 
@@ -96,15 +121,19 @@ std::string num(double v) {
 }  // namespace
 
 std::string params_readme(const std::string& tag) {
-  return "This folder is made up by zeromount from the shards of " + tag + "; nothing here is stored.\n\n"
+  return "This folder is made up by zeromount from the shards of " + tag +
+         "; nothing here is stored.\n\n"
          "summary              one row per trainable parameter: name, shape, dtype, numel, group, bytes\n"
          "<param>/info         shape, group, which dp ranks hold which elements, fp32 statistics\n"
          "                     (computed when you read it, then cached)\n"
          "<param>/<state>.npy  one optimizer state as a numpy array: np.load(path, mmap_mode='r')\n\n"
          "Folder names are parameter names; '%' and '/' are written %25 and %2F, \".\" and \"..\" as %2E and\n"
          "%2E%2E, and a name over 255 bytes is cut and ends in %~<hash> (its info holds the whole name).\n"
-         "The consolidated fp32 weights, as zero_to_fp32.py writes them, are in ../" + tag + "_fp32/model.safetensors.\n"
-         "DeepSpeed's loaders read ../" + tag + "_universal/, which this folder does not change.\n";
+         "The consolidated fp32 weights, as zero_to_fp32.py writes them, are in ../" +
+         tag +
+         "_fp32/model.safetensors.\n"
+         "DeepSpeed's loaders read ../" +
+         tag + "_universal/, which this folder does not change.\n";
 }
 
 std::string params_summary(const ds::TagIndex& ix) {
@@ -121,8 +150,9 @@ std::string params_summary(const ds::TagIndex& ix) {
   std::string o = pad("name", wn + 2) + pad("shape", ws + 2) + pad("dtype", dt.size() + 2) + lpad("numel", wc) + "  " +
                   pad("group", 6) + lpad("bytes", 10) + "\n";
   for (const auto& p : ix.params)
-    o += pad(p.name, wn + 2) + pad(shape_text(p.shape), ws + 2) + pad(dt, dt.size() + 2) + lpad(with_commas(p.numel), wc) +
-         "  " + pad(std::to_string(p.group), 6) + lpad(human_bytes(p.numel * es), 10) + "\n";
+    o += pad(p.name, wn + 2) + pad(shape_text(p.shape), ws + 2) + pad(dt, dt.size() + 2) +
+         lpad(with_commas(p.numel), wc) + "  " + pad(std::to_string(p.group), 6) + lpad(human_bytes(p.numel * es), 10) +
+         "\n";
   o += "\n" + pad("total: " + with_commas(ix.params.size()) + " parameters", wn + ws + dt.size() + 6) +
        lpad(with_commas(total), wc) + "  " + pad("", 6) + lpad(human_bytes(total * es), 10) + "\n";
   return o;
@@ -152,7 +182,8 @@ std::string param_info(const TagSource& t, const ds::Param& p, const pt::ByteSou
   for (size_t k = 0; k < frags.size(); ++k) {
     const ds::Fragment& f = frags[k];
     line(k ? "" : "ranks", "rank " + std::to_string(f.rank) + ": elements [" + with_commas(f.start) + ", " +
-                               with_commas(f.start + f.numel) + ") in " + file_name(ix.shards.at(f.extent.source).path));
+                               with_commas(f.start + f.numel) + ") in " +
+                               file_name(ix.shards.at(f.extent.source).path));
   }
   if (src) {
     const Stats s = compute_stats(t, p, *src);
@@ -170,7 +201,8 @@ std::string param_info(const TagSource& t, const ds::Param& p, const pt::ByteSou
 
 pt::VirtualFile param_npy(const TagSource& t, const ds::Param& p, size_t state) {
   std::string shape = "(";
-  for (size_t k = 0; k < p.shape.size(); ++k) shape += std::to_string(p.shape[k]) + (p.shape.size() == 1 || k + 1 < p.shape.size() ? ", " : "");
+  for (size_t k = 0; k < p.shape.size(); ++k)
+    shape += std::to_string(p.shape[k]) + (p.shape.size() == 1 || k + 1 < p.shape.size() ? ", " : "");
   if (p.shape.size() == 1) shape.pop_back();
   shape += ")";
   std::string header = "{'descr': '" + std::string(pt::numpy_descr(t.index->master_dtype)) +
@@ -206,7 +238,8 @@ pt::VirtualFile model_safetensors(const TagSource& t) {
   const size_t es = pt::element_size(ix.master_dtype);
   for (const auto& p : ix.params) items.push_back({&p.name, ix.master_dtype, &p.shape, p.numel * es, &p, nullptr});
   for (const auto* list : {&ix.frozen, &ix.buffers})
-    for (const auto& f : *list) items.push_back({&f.name, f.dtype, &f.shape, f.numel() * pt::element_size(f.dtype), nullptr, &f});
+    for (const auto& f : *list)
+      items.push_back({&f.name, f.dtype, &f.shape, f.numel() * pt::element_size(f.dtype), nullptr, &f});
   const size_t own = items.size();
   for (const auto& [alias, canon] : ix.shared)
     for (size_t k = 0; k < own; ++k)

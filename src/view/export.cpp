@@ -3,14 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <map>
-#include <tuple>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "zeromount/pt/error.h"
 
@@ -28,7 +28,8 @@ bool wanted(const Inode& top, const std::string& what) {
   if (what == "universal") return (top.dir && ends("_universal")) || top.name == "latest_universal";
   if (what == "fp32") return top.dir && ends("_fp32");
   if (what == "params") return top.dir && ends("_params");
-  if (what == "all") return (top.dir && (ends("_universal") || ends("_fp32") || ends("_params"))) || top.name == "latest_universal";
+  if (what == "all")
+    return (top.dir && (ends("_universal") || ends("_fp32") || ends("_params"))) || top.name == "latest_universal";
   throw Error("export: unknown view '" + what + "' (universal, fp32, params or all)", EINVAL);
 }
 
@@ -38,7 +39,8 @@ struct Job {
   std::string link_to;  // the same bytes were already exported there: hard-link instead of copying
 };
 
-void collect(const View& v, const Inode& n, const std::string& path, std::vector<Job>& files, std::vector<std::string>& dirs) {
+void collect(const View& v, const Inode& n, const std::string& path, std::vector<Job>& files,
+             std::vector<std::string>& dirs) {
   if (!n.dir) {
     files.push_back({&n, path});
     return;
@@ -88,7 +90,8 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
       const Inode& top = *v.tree().get(c);
       if (wanted(top, o.what)) collect(v, top, tmp + "/" + top.name, files, dirs);
     }
-    if (files.empty()) throw Error("export: the view has no '" + o.what + "' folders (is this a ZeRO checkpoint?)", ENOENT);
+    if (files.empty())
+      throw Error("export: the view has no '" + o.what + "' folders (is this a ZeRO checkpoint?)", ENOENT);
     for (const auto& d : dirs) fs::create_directories(d);
     // The model-state names of a universal folder are one source file under W + 1 names: write
     // it once and hard-link the rest, as a copy of the folder would not.

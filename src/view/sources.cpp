@@ -7,7 +7,9 @@
 namespace zm::view {
 
 namespace {
-int64_t mtime_ns(const struct stat& s) { return int64_t(s.st_mtim.tv_sec) * 1000000000 + s.st_mtim.tv_nsec; }
+int64_t mtime_ns(const struct stat& s) {
+  return int64_t(s.st_mtim.tv_sec) * 1000000000 + s.st_mtim.tv_nsec;
+}
 int64_t now_ns() {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &t);

@@ -26,15 +26,24 @@ Node* tensor_node(pt::Arena& a, pt::DType dtype, std::vector<int64_t> shape, std
 
 const Node* step_node(pt::Arena& a, const TagSource& t, const ds::StepValue& s) {
   switch (s.kind) {
-    case ds::StepValue::Tensor: return tensor_node(a, s.dtype, {}, {t.map(s.extent)});
-    case ds::StepValue::Int: return a.make_int(s.i);
-    case ds::StepValue::Float: { Node* n = a.make(Kind::Float); n->f = s.f; return n; }
-    case ds::StepValue::None: break;
+    case ds::StepValue::Tensor:
+      return tensor_node(a, s.dtype, {}, {t.map(s.extent)});
+    case ds::StepValue::Int:
+      return a.make_int(s.i);
+    case ds::StepValue::Float: {
+      Node* n = a.make(Kind::Float);
+      n->f = s.f;
+      return n;
+    }
+    case ds::StepValue::None:
+      break;
   }
   return a.make(Kind::None);
 }
 
-void set(Node* dict, pt::Arena& a, const char* key, const Node* value) { dict->entries.emplace_back(a.make_str(key), value); }
+void set(Node* dict, pt::Arena& a, const char* key, const Node* value) {
+  dict->entries.emplace_back(a.make_str(key), value);
+}
 
 }  // namespace
 

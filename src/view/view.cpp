@@ -10,7 +10,7 @@
 
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/index_cache.h"
-#include "zeromount/ds/layout.h"
+#include "zeromount/ds/shard_names.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/browse.h"
 
@@ -23,10 +23,14 @@ std::string param_dir_name(std::string_view name) {
   if (name == "..") return "%2E%2E";
   std::string out;
   for (char c : name) {
-    if (c == '%') out += "%25";
-    else if (c == '/') out += "%2F";
-    else if (c == '\0') out += "%00";
-    else out.push_back(c);
+    if (c == '%')
+      out += "%25";
+    else if (c == '/')
+      out += "%2F";
+    else if (c == '\0')
+      out += "%00";
+    else
+      out.push_back(c);
   }
   if (out.empty()) return "%";
   if (out.size() > 255) {
@@ -51,17 +55,21 @@ uint64_t View::add_passthrough(uint64_t parent, const std::string& name, const s
   const uint32_t id = sources_.add(path);
   const struct stat& st = sources_.stat(id);
   const uint64_t size = uint64_t(st.st_size);
-  return tree_.add_file(parent, name, st.st_mtim, [id, size] {
-    pt::VirtualFile f;
-    f.append_extent({id, 0, size});
-    return f;
-  }, size);
+  return tree_.add_file(
+      parent, name, st.st_mtim,
+      [id, size] {
+        pt::VirtualFile f;
+        f.append_extent({id, 0, size});
+        return f;
+      },
+      size);
 }
 
 void View::mirror(const std::string& real_dir, uint64_t dir) {
   std::vector<fs::directory_entry> entries;
   for (const auto& e : fs::directory_iterator(real_dir)) entries.push_back(e);
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.path().filename() < b.path().filename(); });
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a.path().filename() < b.path().filename(); });
   for (const auto& e : entries) {
     const std::string name = e.path().filename().string();
     std::error_code ec;
@@ -92,7 +100,8 @@ void View::add_universal(uint64_t parent, const std::string& name, const TagSour
     const uint64_t d = tree_.add_dir(zero, param_dir_name(p.name), mtime);
     const ds::Param* pp = &p;
     for (size_t k = 0; k < ix.state_names.size(); ++k)
-      tree_.add_file(d, ix.state_names[k] + ".pt", mtime, [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
+      tree_.add_file(d, ix.state_names[k] + ".pt", mtime,
+                     [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
     if (p.step >= 0 && ix.steps.at(size_t(p.step)).kind != ds::StepValue::None) {
       const ds::StepValue* s = &ix.steps[size_t(p.step)];
       tree_.add_file(d, "step.pt", mtime, [t, s] { return step_file(*t, *s); });
@@ -106,14 +115,16 @@ void View::add_params(uint64_t parent, const std::string& name, const TagSource&
   const TagSource* t = &tag;
   const uint64_t d = tree_.add_dir(parent, name, mtime);
   const std::string readme = params_readme(ix.tag);
-  tree_.add_file(d, "README", mtime, [readme] { return inline_file(readme); }, readme.size());
+  tree_.add_file(
+      d, "README", mtime, [readme] { return inline_file(readme); }, readme.size());
   tree_.add_file(d, "summary", mtime, [t] { return inline_file(params_summary(*t->index)); });
   for (const ds::Param& p : ix.params) {
     const uint64_t pd = tree_.add_dir(d, param_dir_name(p.name), mtime);
     const ds::Param* pp = &p;
     // The statistics read the whole parameter, so stat() sizes the text without them.
-    tree_.add_file(pd, "info", mtime, [this, t, pp] { return inline_file(param_info(*t, *pp, &sources_)); },
-                   [t, pp] { return uint64_t(param_info(*t, *pp, nullptr).size()); });
+    tree_.add_file(
+        pd, "info", mtime, [this, t, pp] { return inline_file(param_info(*t, *pp, &sources_)); },
+        [t, pp] { return uint64_t(param_info(*t, *pp, nullptr).size()); });
     for (size_t k = 0; k < ix.state_names.size(); ++k)
       tree_.add_file(pd, ix.state_names[k] + ".npy", mtime, [t, pp, k] { return param_npy(*t, *pp, k); });
   }
@@ -162,14 +173,16 @@ std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& o
     const std::string tag = fs::path(dir.root).filename().string();
     v->mirror(dir.root, tree.add_dir(Tree::kRoot, tag, mtime));
     latest = tag;
-    tree.add_file(Tree::kRoot, "latest", mtime, [tag] { return inline_file(tag); }, tag.size());
+    tree.add_file(
+        Tree::kRoot, "latest", mtime, [tag] { return inline_file(tag); }, tag.size());
   } else {
     v->mirror(dir.root, Tree::kRoot);
   }
   for (const auto& ts : v->tags_) {
     using Adder = void (View::*)(uint64_t, const std::string&, const TagSource&, struct timespec);
     for (auto [suffix, add] : {std::pair<const char*, Adder>{"_universal", &View::add_universal},
-                               {"_params", &View::add_params}, {"_fp32", &View::add_fp32}}) {
+                               {"_params", &View::add_params},
+                               {"_fp32", &View::add_fp32}}) {
       const std::string name = ts->index->tag + suffix;
       if (tree.lookup(Tree::kRoot, name)) {
         spdlog::warn("{}/{}: a real folder of that name exists; showing it instead of a made-up one", dir.root, name);
@@ -180,7 +193,8 @@ std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& o
   }
   if (latest && !tree.lookup(Tree::kRoot, "latest_universal") && tree.lookup(Tree::kRoot, *latest + "_universal")) {
     const std::string text = *latest + "_universal";
-    tree.add_file(Tree::kRoot, "latest_universal", mtime, [text] { return inline_file(text); }, text.size());
+    tree.add_file(
+        Tree::kRoot, "latest_universal", mtime, [text] { return inline_file(text); }, text.size());
   }
   v->stats_.tags = v->tags_.size();
   v->stats_.files = tree.files();
@@ -224,9 +238,11 @@ std::shared_ptr<const pt::VirtualFile> View::content(const Inode& n) const {
   }
   auto built = std::make_shared<const pt::VirtualFile>(n.build());
   const uint64_t known = n.size.load(std::memory_order_relaxed);
-  if (known == Inode::kUnknown) n.size.store(built->size(), std::memory_order_relaxed);
+  if (known == Inode::kUnknown)
+    n.size.store(built->size(), std::memory_order_relaxed);
   else if (known != built->size())
-    throw Error(describe(n) + ": size changed from " + std::to_string(known) + " to " + std::to_string(built->size()), EIO);
+    throw Error(describe(n) + ": size changed from " + std::to_string(known) + " to " + std::to_string(built->size()),
+                EIO);
   std::lock_guard<std::mutex> lock(cache_mu_);
   if (cached_.count(n.ino)) return built;  // another thread built it too; theirs is cached
   lru_.emplace_front(n.ino, built);

@@ -14,7 +14,8 @@ bool has_tensor(const zm::pt::Node* n, int depth) {
     if (has_tensor(c, depth + 1)) return true;
   for (const auto& [k, v] : n->entries)
     if (has_tensor(k, depth + 1) || has_tensor(v, depth + 1)) return true;
-  return has_tensor(n->args, depth + 1) || has_tensor(n->state, depth + 1) || (n->callee && has_tensor(n->callee, depth + 1));
+  return has_tensor(n->args, depth + 1) || has_tensor(n->state, depth + 1) ||
+         (n->callee && has_tensor(n->callee, depth + 1));
 }
 
 }  // namespace
@@ -28,8 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   };
   try {
-    const zm::pt::Node* root =
-        zm::pt::decode_pickle(std::string_view(reinterpret_cast<const char*>(data), size), arena, "fuzz.pkl", resolve, limits);
+    const zm::pt::Node* root = zm::pt::decode_pickle(std::string_view(reinterpret_cast<const char*>(data), size), arena,
+                                                     "fuzz.pkl", resolve, limits);
     zm::pt::repr(root, 20);
     zm::pt::Arena copy;
     copy.copy(root);

@@ -50,7 +50,10 @@ int main(int argc, char** argv) {
     std::string stem = out.substr(out.find_last_of('/') + 1);
     o.prefix = stem.substr(0, stem.rfind('.'));
     for (int k = 3; k < argc; ++k) {
-      if (!strcmp(argv[k], "--torch113")) { o.byteorder = false; o.legacy_key_order = true; }
+      if (!strcmp(argv[k], "--torch113")) {
+        o.byteorder = false;
+        o.legacy_key_order = true;
+      }
       if (!strcmp(argv[k], "--crc")) o.crc_source = &src;
     }
     const zm::pt::VirtualFile vf = zm::pt::build_pt(f->root, o);

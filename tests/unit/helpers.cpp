@@ -33,7 +33,8 @@ std::string temp_dir() {
 std::vector<std::string> pt_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file() && (e.path().extension() == ".pt" || e.path().extension() == ".bin")) out.push_back(e.path().string());
+    if (e.is_regular_file() && (e.path().extension() == ".pt" || e.path().extension() == ".bin"))
+      out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;
 }

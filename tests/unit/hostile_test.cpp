@@ -26,7 +26,8 @@ std::string try_load(const std::string& path) {
   }
 }
 
-const std::string kSmall = kFixtures + "/z3_ws2_fp32_pg2/checkpoint/global_step3/zero_pp_rank_1_mp_rank_00_model_states.pt";
+const std::string kSmall =
+    kFixtures + "/z3_ws2_fp32_pg2/checkpoint/global_step3/zero_pp_rank_1_mp_rank_00_model_states.pt";
 
 TEST(Hostile, TruncatedAtEveryByte) {
   const std::string bytes = read_file(kSmall), dir = temp_dir(), path = dir + "/t.pt";
@@ -71,13 +72,17 @@ TEST(Hostile, AbsurdPickles) {
       {"empty", ""s},
       {"no STOP", "\x80\x02N"s},
       {"STOP on empty stack", "\x80\x02."s},
-      {"BINUNICODE claims 4 GiB", "\x80\x02X\xff\xff\xff\xff" "abc."s},
+      {"BINUNICODE claims 4 GiB",
+       "\x80\x02X\xff\xff\xff\xff"
+       "abc."s},
       {"BINBYTES8 claims 2^63", "\x80\x04\x8e\x00\x00\x00\x00\x00\x00\x00\x80."s},
       {"LONG4 negative length", "\x80\x02\x8b\xff\xff\xff\xff."s},
       {"LONG4 huge length", "\x80\x02\x8b\xff\xff\xff\x7f."s},
       {"BINGET of nothing", "\x80\x02h\x05."s},
       {"LONG_BINGET far", "\x80\x02j\xff\xff\xff\xff."s},
-      {"APPEND to an int", "\x80\x02K\x01K\x02" "a."s},
+      {"APPEND to an int",
+       "\x80\x02K\x01K\x02"
+       "a."s},
       {"SETITEM on a list", "\x80\x02]K\x01K\x02s."s},
       {"SETITEMS odd", "\x80\x02}(K\x01u."s},
       {"POP_MARK without MARK", "\x80\x02N1."s},
@@ -86,7 +91,9 @@ TEST(Hostile, AbsurdPickles) {
       {"protocol 9", "\x80\x09N."s},
       {"storage pid of wrong arity", "\x80\x02(X\x07\x00\x00\x00storagetQ."s},
       {"storage with absurd numel",
-       "\x80\x02(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpu\x8a\x08\xff\xff\xff\xff\xff\xff\xff\x7ftQ."s},
+       "\x80\x02(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"
+       "0X\x03\x00\x00\x00"
+       "cpu\x8a\x08\xff\xff\xff\xff\xff\xff\xff\x7ftQ."s},
       {"rebuild with a non-storage", "\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(NK\x00)))\x89NtR."s},
       {"extension opcode", "\x80\x02\x82\x01."s},
       {"values left at STOP", "\x80\x02NN."s},
@@ -111,7 +118,10 @@ TEST(Hostile, DeepNestingAndCycles) {
   EXPECT_LT(pt::repr(n, 1000000).size(), 2000u);  // rendering is bounded
   // A list that contains itself: walking it must stop with an error, not recurse forever.
   pt::Arena b;
-  const pt::Node* cyc = pt::decode_pickle("\x80\x02]q\x00h\x00" "a."s, b, "cycle.pkl", none);
+  const pt::Node* cyc = pt::decode_pickle(
+      "\x80\x02]q\x00h\x00"
+      "a."s,
+      b, "cycle.pkl", none);
   EXPECT_EQ(cyc->items.at(0), cyc);
   EXPECT_THROW(b.copy(cyc), Error);
 }

@@ -20,7 +20,8 @@ std::string fragments_text(const ds::TagIndex& ix) {
   for (const auto& p : ix.params)
     for (size_t k = 0; k < ix.state_names.size(); ++k)
       for (const auto& f : ix.fragments(p, k))
-        s += p.name + ":" + std::to_string(f.rank) + ":" + std::to_string(f.extent.offset) + ":" + std::to_string(f.extent.length) + ";";
+        s += p.name + ":" + std::to_string(f.rank) + ":" + std::to_string(f.extent.offset) + ":" +
+             std::to_string(f.extent.length) + ";";
   return s;
 }
 

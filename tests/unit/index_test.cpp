@@ -107,11 +107,13 @@ TEST(BrokenCheckpoint, MissingRankFileIsNamed) {
   for (const char* name : {"z2_ws2_fp32_pg2", "z3_ws2_fp32_pg2"}) {
     const std::string d = copy_tag(name);
     fs::remove(d + "/zero_pp_rank_0_mp_rank_00_optim_states.pt");
-    EXPECT_NE(index_error(d).find("zero_pp_rank_0_mp_rank_00_optim_states.pt: missing"), std::string::npos) << index_error(d);
+    EXPECT_NE(index_error(d).find("zero_pp_rank_0_mp_rank_00_optim_states.pt: missing"), std::string::npos)
+        << index_error(d);
   }
   const std::string d = copy_tag("z3_ws2_fp32_pg2");
   fs::remove(d + "/zero_pp_rank_1_mp_rank_00_model_states.pt");
-  EXPECT_NE(index_error(d).find("zero_pp_rank_1_mp_rank_00_model_states.pt: missing"), std::string::npos) << index_error(d);
+  EXPECT_NE(index_error(d).find("zero_pp_rank_1_mp_rank_00_model_states.pt: missing"), std::string::npos)
+      << index_error(d);
 }
 
 TEST(BrokenCheckpoint, TruncatedPickleIsNamed) {

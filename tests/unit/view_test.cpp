@@ -62,7 +62,8 @@ TEST_P(ViewOf, UniversalFolderMatchesDsToUniversal) {
     const Inode& p = *v->tree().get(c);
     if (!p.dir) continue;
     std::set<std::string> files = names(*v, p), ref_files;
-    for (const auto& e : fs::directory_iterator(ref + "/zero/" + p.name)) ref_files.insert(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(ref + "/zero/" + p.name))
+      ref_files.insert(e.path().filename().string());
     ref_files.insert("step.pt");  // the stage-3 converter writes none; the stage-1/2 loader needs it
     EXPECT_EQ(files, ref_files) << p.name;
     for (const std::string state : {"fp32", "exp_avg", "exp_avg_sq"}) {
@@ -89,8 +90,8 @@ TEST_P(ViewOf, OptimizerStateServesEveryStage) {
   write_file(tmp + "/o.pt", content_of(*v, at(*v, "/global_step3_universal/zero/optimizer_state.pt")));
   auto f = pt::load_pt(tmp + "/o.pt");
   ds::Field root(f->root, f->path());
-  EXPECT_FALSE(root["ds_version"].as_str().empty());                               // stage 1/2 loaders assert it
-  EXPECT_EQ(root["param_groups"].size(), 2u);                                      // stage 1/2: top level
+  EXPECT_FALSE(root["ds_version"].as_str().empty());  // stage 1/2 loaders assert it
+  EXPECT_EQ(root["param_groups"].size(), 2u);         // stage 1/2: top level
   EXPECT_EQ(root["optimizer_state_dict"]["state"].at(0)["step"].as_tensor().numel(), 1u);  // stage 3
   EXPECT_EQ(root["optimizer_state_dict"]["param_groups"].size(), 2u);
   for (const char* k : {"loss_scaler", "dynamic_loss_scale", "overflow"}) EXPECT_TRUE(root.find(k)) << k;
@@ -105,7 +106,8 @@ TEST_P(ViewOf, ModelStatesUnderBothNames) {
   const std::string src = dir() + "/checkpoint/global_step3/" +
                           (z3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt");
   EXPECT_EQ(content_of(*v, at(*v, "/global_step3_universal/mp_rank_00_model_states.pt")), read_file(src));
-  EXPECT_EQ(content_of(*v, at(*v, "/global_step3_universal/zero_pp_rank_0_mp_rank_00_model_states.pt")), read_file(src));
+  EXPECT_EQ(content_of(*v, at(*v, "/global_step3_universal/zero_pp_rank_0_mp_rank_00_model_states.pt")),
+            read_file(src));
   EXPECT_TRUE(v->tree().lookup(at(*v, "/global_step3_universal").ino, "zero_pp_rank_1_mp_rank_00_model_states.pt"));
   EXPECT_FALSE(v->tree().lookup(at(*v, "/global_step3_universal").ino, "zero_pp_rank_2_mp_rank_00_model_states.pt"));
   EXPECT_EQ(content_of(*v, at(*v, "/latest_universal")), "global_step3_universal");
@@ -123,7 +125,8 @@ TEST_P(ViewOf, RealFilesPassThroughUnchanged) {
   EXPECT_GE(n, 4u);
   const std::set<std::string> tag = names(*v, at(*v, "/global_step3")), real = [&] {
     std::set<std::string> s;
-    for (const auto& e : fs::directory_iterator(dir() + "/checkpoint/global_step3")) s.insert(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir() + "/checkpoint/global_step3"))
+      s.insert(e.path().filename().string());
     return s;
   }();
   EXPECT_EQ(tag, real) << "real tag folders get no extra names";

@@ -36,7 +36,8 @@ Node* tensor(pt::Arena& a, std::vector<int64_t> shape, std::vector<pt::Extent> d
   return a.make_tensor_node(std::move(t));
 }
 
-std::unique_ptr<pt::PtFile> write_and_load(const pt::VirtualFile& vf, const pt::ByteSource& src, const std::string& dir) {
+std::unique_ptr<pt::PtFile> write_and_load(const pt::VirtualFile& vf, const pt::ByteSource& src,
+                                           const std::string& dir) {
   write_file(dir + "/out.pt", read_all(vf, src));
   return pt::load_pt(dir + "/out.pt");
 }
@@ -80,7 +81,10 @@ TEST(PtWriter, ReadsTouchOnlyOverlappedSegments) {
   class Counting : public pt::ByteSource {
    public:
     mutable uint64_t bytes = 0;
-    void pread(uint32_t, uint64_t, void* buf, size_t n) const override { bytes += n; memset(buf, 1, n); }
+    void pread(uint32_t, uint64_t, void* buf, size_t n) const override {
+      bytes += n;
+      memset(buf, 1, n);
+    }
   } src;
   pt::Arena a;
   const pt::VirtualFile vf = pt::build_pt(tensor(a, {1 << 20}, {{0, 0, 4u << 20}}));
@@ -97,7 +101,8 @@ TEST(PtWriter, Zip64PastFourGiB) {
   // A 4 GiB + 100 B record and a record past 4 GiB, as in the spec's Appendix A experiment.
   pt::Arena a;
   Node* d = a.make(Kind::Dict);
-  d->entries.emplace_back(a.make_str("big"), tensor(a, {(int64_t(1) << 32) + 100}, {{0, 0, (uint64_t(1) << 32) + 100}}, pt::DType::U8));
+  d->entries.emplace_back(a.make_str("big"),
+                          tensor(a, {(int64_t(1) << 32) + 100}, {{0, 0, (uint64_t(1) << 32) + 100}}, pt::DType::U8));
   d->entries.emplace_back(a.make_str("small"), tensor(a, {5}, {{0, 0, 20}}));
   pt::PtOptions o;
   o.byteorder = false;
@@ -139,7 +144,8 @@ TEST(PtWriter, OptionalRealCrc) {
   const pt::ZipEntry* rec = zip.find("data/0");
   ASSERT_NE(rec, nullptr);
   EXPECT_EQ(rec->crc, pt::crc32(data.data(), data.size()));
-  EXPECT_EQ(zip.find("data.pkl")->crc, pt::crc32(zip.read(*zip.find("data.pkl"), 1 << 20).data(), zip.find("data.pkl")->size));
+  EXPECT_EQ(zip.find("data.pkl")->crc,
+            pt::crc32(zip.read(*zip.find("data.pkl"), 1 << 20).data(), zip.find("data.pkl")->size));
 }
 
 TEST(PickleWriter, EveryValueKindRoundTrips) {
@@ -147,8 +153,8 @@ TEST(PickleWriter, EveryValueKindRoundTrips) {
   Node* root = a.make(Kind::Dict);
   root->b = true;
   auto add = [&](const char* k, const Node* v) { root->entries.emplace_back(a.make_str(k), v); };
-  for (int64_t v : {int64_t(0), int64_t(255), int64_t(256), int64_t(65535), int64_t(65536), int64_t(-1), int64_t(INT32_MIN),
-                    int64_t(1) << 40, -(int64_t(1) << 40), INT64_MAX, INT64_MIN})
+  for (int64_t v : {int64_t(0), int64_t(255), int64_t(256), int64_t(65535), int64_t(65536), int64_t(-1),
+                    int64_t(INT32_MIN), int64_t(1) << 40, -(int64_t(1) << 40), INT64_MAX, INT64_MIN})
     add(("i" + std::to_string(v)).c_str(), a.make_int(v));
   Node* f = a.make(Kind::Float);
   f->f = 0.0028000000000000004;

@@ -44,7 +44,8 @@ TEST(PtReader, EveryFixtureFileParses) {
 }
 
 TEST(PtReader, DecodesDeepSpeedObjects) {
-  auto f = pt::load_pt(kFixtures + "/z2_ws2_fp32_pg2/checkpoint/global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt");
+  auto f =
+      pt::load_pt(kFixtures + "/z2_ws2_fp32_pg2/checkpoint/global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt");
   ds::Field root(f->root, f->path());
   const ds::Field osd = root["optimizer_state_dict"];
   EXPECT_EQ(osd["zero_stage"].as_int(), 2);
@@ -56,7 +57,8 @@ TEST(PtReader, DecodesDeepSpeedObjects) {
 }
 
 TEST(PtReader, ZeroStage3FlatGroupsCarryDsId) {
-  auto f = pt::load_pt(kFixtures + "/z3_ws2_fp32_pg2/checkpoint/global_step3/zero_pp_rank_0_mp_rank_00_optim_states.pt");
+  auto f =
+      pt::load_pt(kFixtures + "/z3_ws2_fp32_pg2/checkpoint/global_step3/zero_pp_rank_0_mp_rank_00_optim_states.pt");
   ds::Field root(f->root, f->path());
   const pt::Tensor& t = root["optimizer_state_dict"]["fp32_flat_groups"][0].as_tensor();
   ASSERT_NE(t.attrs, nullptr);
@@ -69,10 +71,13 @@ TEST(PtReader, EnumInBothPicklingForms) {
   const std::string file = "enum-test";
   auto none = [](const std::string&, uint64_t) -> uint64_t { throw std::runtime_error("no storages"); };
   // REDUCE(ZeroStageEnum, (2,)) as CPython 3.8-3.13 write it.
-  const std::string by_value = "\x80\x02" "cdeepspeed.runtime.zero.config\nZeroStageEnum\nK\x02\x85R."s;
+  const std::string by_value =
+      "\x80\x02"
+      "cdeepspeed.runtime.zero.config\nZeroStageEnum\nK\x02\x85R."s;
   // REDUCE(getattr, (ZeroStageEnum, 'weights')) as Debian's CPython 3.11.2 writes it.
   const std::string by_name =
-      "\x80\x02" "c__builtin__\ngetattr\ncdeepspeed.runtime.zero.config\nZeroStageEnum\nX\x07\x00\x00\x00weights\x86R."s;
+      "\x80\x02"
+      "c__builtin__\ngetattr\ncdeepspeed.runtime.zero.config\nZeroStageEnum\nX\x07\x00\x00\x00weights\x86R."s;
   EXPECT_EQ(ds::Field(pt::decode_pickle(by_value, a, file, none), file).as_int(), 2);
   EXPECT_EQ(ds::Field(pt::decode_pickle(by_name, a, file, none), file).as_int(), 3);
 }
@@ -83,7 +88,9 @@ TEST(PtReader, Protocol4Opcodes) {
   // FRAME, SHORT_BINUNICODE, MEMOIZE, STACK_GLOBAL, EMPTY_SET, ADDITEMS, BINGET, LONG1, BINFLOAT.
   std::string p = "\x80\x04\x95"s;
   p += "\x20\x00\x00\x00\x00\x00\x00\x00"s;
-  p += "}\x94(\x8c\x01s\x94\x8f\x94(K\x01K\x02\x90\x8c\x01g\x94h\x01\x8a\x02\xff\x7f" "G\x3f\xf8\x00\x00\x00\x00\x00\x00" "\x87u."s;
+  p += "}\x94(\x8c\x01s\x94\x8f\x94(K\x01K\x02\x90\x8c\x01g\x94h\x01\x8a\x02\xff\x7f"
+       "G\x3f\xf8\x00\x00\x00\x00\x00\x00"
+       "\x87u."s;
   const pt::Node* n = pt::decode_pickle(p, a, "p4", none);
   ASSERT_EQ(n->kind, pt::Kind::Dict);
   ASSERT_EQ(n->entries.size(), 2u);

@@ -24,11 +24,11 @@ class Field {
 
   bool is_none() const { return n_->kind == pt::Kind::None; }
   bool is(pt::Kind k) const { return n_->kind == k; }
-  size_t size() const;                          // list, tuple or dict length
-  int64_t as_int() const;                       // also accepts a bool and a ZeroStageEnum
+  size_t size() const;     // list, tuple or dict length
+  int64_t as_int() const;  // also accepts a bool and a ZeroStageEnum
   std::string as_str() const;
   const pt::Tensor& as_tensor() const;
-  std::vector<int64_t> as_shape() const;        // tuple/list of ints (torch.Size decodes to a tuple)
+  std::vector<int64_t> as_shape() const;                     // tuple/list of ints (torch.Size decodes to a tuple)
   std::vector<std::pair<std::string, Field>> items() const;  // dict with str keys, in order
   std::vector<std::pair<int64_t, Field>> int_items() const;  // dict with int keys, in order
   // Attribute of an object built by NEWOBJ+BUILD (a dataclass such as fragment_address).

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "zeromount/ds/param_index.h"
+#include "zeromount/ds/tag_index.h"
 
 namespace zm::ds {
 

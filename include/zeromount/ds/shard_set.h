@@ -5,7 +5,7 @@
 #include <string>
 
 #include "zeromount/ds/field.h"
-#include "zeromount/ds/param_index.h"
+#include "zeromount/ds/tag_index.h"
 #include "zeromount/pt/pt_file.h"
 
 namespace zm::ds {
@@ -24,7 +24,8 @@ class ShardSet {
 
   // Elements [first, first + count) of a 1-D view of `t`, as bytes of `source`.
   // `what` names the parameter in the error when the slice runs past the tensor.
-  static pt::Extent slice(const Field& tensor, uint32_t source, uint64_t first, uint64_t count, const std::string& what);
+  static pt::Extent slice(const Field& tensor, uint32_t source, uint64_t first, uint64_t count,
+                          const std::string& what);
 
  private:
   TagIndex& index_;

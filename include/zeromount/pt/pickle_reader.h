@@ -12,9 +12,9 @@
 namespace zm::pt {
 
 struct PickleLimits {
-  size_t max_stack = 1u << 22;   // stack + mark-stack entries
-  size_t max_memo = 1u << 24;    // memo entries
-  size_t max_nodes = 1u << 26;   // nodes built
+  size_t max_stack = 1u << 22;  // stack + mark-stack entries
+  size_t max_memo = 1u << 24;   // memo entries
+  size_t max_nodes = 1u << 26;  // nodes built
 };
 
 // Called for each storage persistent id: returns the record's data offset in the file,
@@ -22,7 +22,7 @@ struct PickleLimits {
 using StorageResolver = std::function<uint64_t(const std::string& key, uint64_t nbytes)>;
 
 // Decodes `bytes` into `arena`. `file` names the source in every error message.
-const Node* decode_pickle(std::string_view bytes, Arena& arena, const std::string& file,
-                          const StorageResolver& resolve, const PickleLimits& limits = {});
+const Node* decode_pickle(std::string_view bytes, Arena& arena, const std::string& file, const StorageResolver& resolve,
+                          const PickleLimits& limits = {});
 
 }  // namespace zm::pt

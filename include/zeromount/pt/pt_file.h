@@ -18,7 +18,7 @@ struct PtFile {
   std::string prefix;          // the archive's top-level folder name
   uint64_t pickle_offset = 0;  // where data.pkl's bytes start in the file
   uint64_t pickle_size = 0;
-  uint64_t pickle_hash = 0;    // XXH3 of data.pkl: the file's identity without reading tensors
+  uint64_t pickle_hash = 0;  // XXH3 of data.pkl: the file's identity without reading tensors
 
   const std::string& path() const { return file.path(); }
 };

@@ -28,11 +28,11 @@ struct Tensor {
   std::vector<int64_t> shape, stride;
   int64_t storage_offset = 0;
   bool requires_grad = false;
-  std::string storage_key;       // names the record data/<key>
-  uint64_t storage_numel = 0;    // from the persistent id; record size = numel * element_size
-  uint64_t record_offset = 0;    // reader: file offset of the record's first byte
-  std::vector<Extent> data;      // writer: where the bytes come from, in order
-  const Node* attrs = nullptr;   // state of _rebuild_from_type_v2 (stage 3 ds_id), if any
+  std::string storage_key;      // names the record data/<key>
+  uint64_t storage_numel = 0;   // from the persistent id; record size = numel * element_size
+  uint64_t record_offset = 0;   // reader: file offset of the record's first byte
+  std::vector<Extent> data;     // writer: where the bytes come from, in order
+  const Node* attrs = nullptr;  // state of _rebuild_from_type_v2 (stage 3 ds_id), if any
 
   uint64_t numel() const;
   bool contiguous() const;
@@ -42,7 +42,17 @@ struct Tensor {
 };
 
 enum class Kind : uint8_t {
-  None, Bool, Int, BigInt, Float, Str, Bytes, List, Tuple, Dict, Set,
+  None,
+  Bool,
+  Int,
+  BigInt,
+  Float,
+  Str,
+  Bytes,
+  List,
+  Tuple,
+  Dict,
+  Set,
   Global,   // module + name, the class or function a GLOBAL names
   Object,   // REDUCE / NEWOBJ result of an unknown callable, plus BUILD state and items
   Storage,  // a persistent id naming a torch storage
@@ -53,18 +63,18 @@ enum class Build : uint8_t { Reduce, NewObj };
 
 struct Node {
   Kind kind = Kind::None;
-  bool b = false;        // Bool value; Dict: is an OrderedDict
+  bool b = false;  // Bool value; Dict: is an OrderedDict
   Build how = Build::Reduce;
-  int64_t i = 0;         // Int
-  double f = 0;          // Float
-  std::string s;         // Str, Bytes, BigInt (little-endian two's complement), Global module, Storage key
-  std::string s2;        // Global name
-  std::vector<const Node*> items;                              // List, Tuple, Set, Object list items
-  std::vector<std::pair<const Node*, const Node*>> entries;    // Dict, Object dict items
-  const Node* callee = nullptr;  // Object
-  const Node* args = nullptr;    // Object
-  const Node* state = nullptr;   // Object BUILD state; also BUILD on a Dict (state_dict _metadata)
-  Tensor* tensor = nullptr;      // Tensor; Storage (dtype, key, numel only)
+  int64_t i = 0;                   // Int
+  double f = 0;                    // Float
+  std::string s;                   // Str, Bytes, BigInt (little-endian two's complement), Global module, Storage key
+  std::string s2;                  // Global name
+  std::vector<const Node*> items;  // List, Tuple, Set, Object list items
+  std::vector<std::pair<const Node*, const Node*>> entries;  // Dict, Object dict items
+  const Node* callee = nullptr;                              // Object
+  const Node* args = nullptr;                                // Object
+  const Node* state = nullptr;  // Object BUILD state; also BUILD on a Dict (state_dict _metadata)
+  Tensor* tensor = nullptr;     // Tensor; Storage (dtype, key, numel only)
 
   bool is(Kind k) const { return kind == k; }
   bool is_global(std::string_view module, std::string_view name) const {

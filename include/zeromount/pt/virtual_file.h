@@ -20,11 +20,11 @@ class ByteSource {
 
 struct Segment {
   enum Kind : uint8_t { Inline, Source, Zero };
-  uint64_t start = 0;    // offset in the virtual file
+  uint64_t start = 0;  // offset in the virtual file
   uint64_t length = 0;
   Kind kind = Inline;
   uint32_t source = 0;
-  uint64_t offset = 0;   // Inline: into the blob; Source: into the source file
+  uint64_t offset = 0;  // Inline: into the blob; Source: into the source file
 };
 
 class VirtualFile {

@@ -10,11 +10,11 @@
 namespace zm::pt {
 
 struct ZipEntry {
-  std::string name;              // full name, with the archive prefix
-  uint64_t local_header = 0;     // offset of the local header
-  uint64_t size = 0;             // uncompressed size
+  std::string name;           // full name, with the archive prefix
+  uint64_t local_header = 0;  // offset of the local header
+  uint64_t size = 0;          // uncompressed size
   uint64_t compressed_size = 0;
-  uint16_t method = 0;           // 0 = stored
+  uint16_t method = 0;  // 0 = stored
   uint32_t crc = 0;
 };
 
@@ -24,7 +24,7 @@ class ZipReader {
   explicit ZipReader(const File& file);
 
   const std::vector<ZipEntry>& entries() const { return entries_; }
-  const std::string& prefix() const { return prefix_; }   // "archive", taken from entry 0 as torch does
+  const std::string& prefix() const { return prefix_; }  // "archive", taken from entry 0 as torch does
   // Record by name without the prefix ("data.pkl"); nullptr if absent.
   const ZipEntry* find(const std::string& record) const;
   // Offset of the record's first data byte, from its local header (as getRecordOffset does).

@@ -36,9 +36,16 @@ struct Inode {
 
   Inode() = default;
   Inode(Inode&& o) noexcept
-      : ino(o.ino), parent(o.parent), name(std::move(o.name)), dir(o.dir), mtime(o.mtime),
-        children(std::move(o.children)), by_name(std::move(o.by_name)), build(std::move(o.build)),
-        sizer(std::move(o.sizer)), size(o.size.load()) {}
+      : ino(o.ino),
+        parent(o.parent),
+        name(std::move(o.name)),
+        dir(o.dir),
+        mtime(o.mtime),
+        children(std::move(o.children)),
+        by_name(std::move(o.by_name)),
+        build(std::move(o.build)),
+        sizer(std::move(o.sizer)),
+        size(o.size.load()) {}
 };
 
 class Tree {

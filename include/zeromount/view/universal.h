@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "zeromount/ds/param_index.h"
+#include "zeromount/ds/tag_index.h"
 #include "zeromount/pt/virtual_file.h"
 
 namespace zm::view {

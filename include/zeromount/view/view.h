@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "zeromount/ds/param_index.h"
+#include "zeromount/ds/tag_index.h"
 #include "zeromount/view/sources.h"
 #include "zeromount/view/tree.h"
 #include "zeromount/view/universal.h"
@@ -19,8 +19,8 @@
 namespace zm::view {
 
 struct ViewOptions {
-  bool bare_zero3_tensors = false;   // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
-  size_t cache_bytes = 16u << 20;    // built headers kept in memory; tensor bytes are never cached
+  bool bare_zero3_tensors = false;  // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
+  size_t cache_bytes = 16u << 20;   // built headers kept in memory; tensor bytes are never cached
 };
 
 struct MountStats {
@@ -41,7 +41,9 @@ class View {
   struct stat attr(const Inode& n) const;
   // The bytes of a file, built on first use and kept in a bounded cache.
   std::shared_ptr<const pt::VirtualFile> content(const Inode& n) const;
-  size_t read(const pt::VirtualFile& f, uint64_t offset, void* buf, size_t n) const { return f.read(offset, buf, n, sources_); }
+  size_t read(const pt::VirtualFile& f, uint64_t offset, void* buf, size_t n) const {
+    return f.read(offset, buf, n, sources_);
+  }
   const Sources& sources() const { return sources_; }
   std::string describe(const Inode& n) const;  // path inside the mount, for log lines
 

@@ -24,7 +24,9 @@ struct ShardName {
 };
 
 std::optional<ShardName> parse_shard_name(std::string_view filename);
-std::string model_states_name(int mp);                // mp_rank_00_model_states.pt
-std::string zero_model_states_name(int dp, int mp);   // zero_pp_rank_0_mp_rank_00_model_states.pt
+std::string model_states_name(int mp);               // mp_rank_00_model_states.pt
+std::string zero_model_states_name(int dp, int mp);  // zero_pp_rank_0_mp_rank_00_model_states.pt
+// bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt (prefix "", "bf16_" or "fp16_")
+std::string optim_states_name(std::string_view prefix, int dp, int mp);
 
 }  // namespace zm::ds

@@ -24,16 +24,16 @@ struct Shard {
 // One contiguous piece of a flat state in one shard.
 struct Fragment {
   uint32_t rank = 0;
-  uint64_t start = 0;   // first element, in the parameter's flat order
+  uint64_t start = 0;  // first element, in the parameter's flat order
   uint64_t numel = 0;
-  pt::Extent extent;    // its bytes
+  pt::Extent extent;  // its bytes
 };
 
 // A step as the source optimizer stored it: a 0-d tensor (torch Adam), an int or a float.
 struct StepValue {
   enum Kind { None, Tensor, Int, Float } kind = None;
   pt::DType dtype = pt::DType::F32;
-  pt::Extent extent;    // Tensor
+  pt::Extent extent;  // Tensor
   int64_t i = 0;
   double f = 0;
 };
@@ -71,28 +71,28 @@ struct PlainTensor {
 };
 
 struct TagIndex {
-  std::string tag;              // folder name, e.g. global_step3
-  std::string dir;              // absolute path of the tag folder
+  std::string tag;  // folder name, e.g. global_step3
+  std::string dir;  // absolute path of the tag folder
   int stage = 0;
-  int dp = 0;                   // data-parallel (ZeRO partition) size W
+  int dp = 0;  // data-parallel (ZeRO partition) size W
   int mp = 1;
   bool bf16_optimizer = false;  // BF16_Optimizer files (no zero_stage key)
   pt::DType master_dtype = pt::DType::F32;
-  std::string optim_prefix;     // "", "bf16_" or "fp16_"
+  std::string optim_prefix;  // "", "bf16_" or "fp16_"
   std::string ds_version;
   std::vector<std::string> state_names;  // "fp32" first, then the optimizer's own keys
   std::vector<Param> params;
-  std::vector<StepValue> steps;          // per group (stage 1/2) or per sub-group (stage 3)
+  std::vector<StepValue> steps;  // per group (stage 1/2) or per sub-group (stage 3)
   int num_groups = 0;
-  std::vector<PlainTensor> frozen;       // frozen params as zero_to_fp32 emits them
+  std::vector<PlainTensor> frozen;  // frozen params as zero_to_fp32 emits them
   std::vector<PlainTensor> buffers;
   std::vector<std::pair<std::string, std::string>> shared;  // alias -> canonical
   std::vector<Shard> shards;
   std::vector<std::string> model_files;  // stage 1/2: mp_rank_00; stage 3: one per dp rank
   // Small optimizer-level values copied from rank 0, for zero/optimizer_state.pt.
   pt::Arena arena;
-  const pt::Node* optim_meta = nullptr;     // dict: loss_scaler, dynamic_loss_scale, overflow, clip_grad, zero_stage, ...
-  const pt::Node* param_groups = nullptr;   // list of the source's param groups (with 'params')
+  const pt::Node* optim_meta = nullptr;  // dict: loss_scaler, dynamic_loss_scale, overflow, clip_grad, zero_stage, ...
+  const pt::Node* param_groups = nullptr;  // list of the source's param groups (with 'params')
 
   // Stage 3 layout, so that no per-(parameter, rank) record is kept: element 0 of state k of
   // sub-group s in rank r's optimizer file is at byte flat_offsets[(r * sub_groups + s) * states + k]
@@ -103,7 +103,7 @@ struct TagIndex {
 
   // The pieces of state `state` of `p`, in rank order; concatenated they are the flat tensor.
   std::vector<Fragment> fragments(const Param& p, size_t state) const;
-  uint64_t state_bytes() const;             // sum over params and states
+  uint64_t state_bytes() const;  // sum over params and states
   const Param* find(const std::string& name) const;
 };
 
