@@ -80,8 +80,8 @@ int vfile(const std::string& ckpt) {
     uint64_t bytes = 0;
     for (const auto& f : files)
       for (const auto& s : f->segments()) {
-        if (s.kind != zm::pt::Segment::Source) continue;
-        const int fd = v->sources().fd(s.source);
+        if (s.kind != zm::pt::Segment::Stored) continue;
+        const int fd = v->files().fd(s.file);
         for (uint64_t at = 0; at < s.length; at += buf.size()) {
           const size_t n = size_t(std::min<uint64_t>(buf.size(), s.length - at));
           bytes += uint64_t(::pread(fd, buf.data(), n, off_t(s.offset + at)));

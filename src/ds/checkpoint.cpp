@@ -132,13 +132,13 @@ uint64_t TagIndex::state_bytes() const {
 std::vector<Fragment> TagIndex::fragments(const Param& p, size_t state) const {
   if (stage != 3) return p.stored.at(state);
   std::vector<Fragment> out;
-  const uint64_t W = uint64_t(dp), part = (p.numel + W - 1) / W, es = pt::element_size(master_dtype);
+  const uint64_t W = uint64_t(dp), part = zero3_partition(p.numel, W), es = pt::element_size(master_dtype);
   const size_t S = sub_groups, K = state_names.size();
   for (uint64_t r = 0; r < W; ++r) {
     const uint64_t valid = valid_on_rank(p.numel, part, r);
     if (valid == 0) break;
     const uint64_t base = flat_offsets.at((r * S + size_t(p.sub_group)) * K + state);
-    out.push_back({uint32_t(r), part * r, valid, pt::Extent{optim_source.at(r), base + p.offset * es, valid * es}});
+    out.push_back({uint32_t(r), part * r, valid, pt::Extent{optim_shard.at(r), base + p.offset * es, valid * es}});
   }
   return out;
 }

@@ -35,7 +35,7 @@ class Out {
     s += v;
   }
   void extent(const pt::Extent& e) {
-    u64(e.source);
+    u64(e.file);
     u64(e.offset);
     u64(e.length);
   }
@@ -77,7 +77,7 @@ class In {
   }
   pt::Extent extent() {
     pt::Extent e;
-    e.source = uint32_t(u64());
+    e.file = uint32_t(u64());
     e.offset = u64();
     e.length = u64();
     return e;
@@ -171,7 +171,7 @@ bool still_valid(const TagIndex& ix) {
   for (const auto& s : ix.shards) {
     struct stat st;
     if (::stat(s.path.c_str(), &st) != 0 || uint64_t(st.st_size) != s.size || uint64_t(st.st_ino) != s.inode ||
-        int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec != s.mtime_ns)
+        pt::mtime_ns(st) != s.mtime_ns)
       return false;
     if (pickle_hash(s.path) != s.pickle_hash) return false;
   }
@@ -240,8 +240,8 @@ std::string serialize_index(const TagIndex& ix) {
   o.u64(ix.sub_groups);
   o.u64(ix.flat_offsets.size());
   for (uint64_t v : ix.flat_offsets) o.u64(v);
-  o.u64(ix.optim_source.size());
-  for (uint32_t v : ix.optim_source) o.u64(v);
+  o.u64(ix.optim_shard.size());
+  for (uint32_t v : ix.optim_shard) o.u64(v);
   o.node(ix.optim_meta);
   o.node(ix.param_groups);
   o.str(listing(ix.dir));
@@ -309,8 +309,8 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   ix->sub_groups = in.u64();
   ix->flat_offsets.resize(in.count(8));
   for (auto& v : ix->flat_offsets) v = in.u64();
-  ix->optim_source.resize(in.count(8));
-  for (auto& v : ix->optim_source) v = uint32_t(in.u64());
+  ix->optim_shard.resize(in.count(8));
+  for (auto& v : ix->optim_shard) v = uint32_t(in.u64());
   ix->optim_meta = in.node(ix->arena);
   ix->param_groups = in.node(ix->arena);
   const std::string names = in.str();
@@ -318,14 +318,14 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   if (names != listing(ix->dir)) throw FormatError("index cache: the tag folder's files changed");
   // Every extent must name a shard the entry lists.
   auto check = [&](const pt::Extent& e) {
-    if (e.source >= ix->shards.size()) throw FormatError("index cache: extent of an unknown shard");
+    if (e.file >= ix->shards.size()) throw FormatError("index cache: extent of an unknown shard");
   };
   for (const auto& p : ix->params)
     for (const auto& fs_ : p.stored)
       for (const auto& f : fs_) check(f.extent);
   for (const auto& s : ix->steps)
     if (s.kind == StepValue::Tensor) check(s.extent);
-  for (uint32_t v : ix->optim_source)
+  for (uint32_t v : ix->optim_shard)
     if (v >= ix->shards.size()) throw FormatError("index cache: bad shard id");
   if (ix->stage == 3 && ix->flat_offsets.size() != size_t(ix->dp) * ix->sub_groups * ix->state_names.size())
     throw FormatError("index cache: stage-3 layout size");

@@ -56,7 +56,7 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
       for (const auto& [name, shape] : fshapes->items()) {
         const Field t = frags[name];
         PlainTensor f{name, t.as_tensor().dtype, shape.as_shape(), {}};
-        f.data.push_back(ShardSet::slice(t, model.source, 0, numel_of(f.shape), "frozen parameter " + name));
+        f.data.push_back(ShardSet::slice(t, model.id, 0, numel_of(f.shape), "frozen parameter " + name));
         index.frozen.push_back(std::move(f));
       }
     }
@@ -98,7 +98,7 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
       if (!std::equal(keys.begin(), keys.end(), index.state_names.begin() + 1, index.state_names.end()) ||
           keys.size() + 1 != index.state_names.size())
         gstate.fail("optimizer state keys differ from rank 0's");
-      if (r == 0) index.steps.push_back(gstate.find("step") ? read_step(gstate["step"], shard.source) : StepValue{});
+      if (r == 0) index.steps.push_back(gstate.find("step") ? read_step(gstate["step"], shard.id) : StepValue{});
       std::vector<std::pair<uint64_t, std::string>> starts;
       for (const auto& [name, fa] : maps[g].items()) {
         auto it = by_name.find(name);
@@ -111,14 +111,14 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
         for (const auto& f : p.stored[0]) at += f.numel;
         const std::string what = "parameter " + name;
         p.stored[0].push_back(
-            {uint32_t(r), at, uint64_t(numel), ShardSet::slice(fp32[g], shard.source, start, numel, what)});
+            {uint32_t(r), at, uint64_t(numel), ShardSet::slice(fp32[g], shard.id, start, numel, what)});
         for (size_t k = 1; k < index.state_names.size(); ++k) {
           const Field st = gstate[index.state_names[k]];
           if (st.as_tensor().dtype != index.master_dtype)
             st.fail("is " + std::string(pt::dtype_name(st.as_tensor().dtype)) + " while the master weights are " +
                     std::string(pt::dtype_name(index.master_dtype)) + "; mixed state dtypes are not supported yet");
           p.stored[k].push_back(
-              {uint32_t(r), at, uint64_t(numel), ShardSet::slice(st, shard.source, start, numel, what)});
+              {uint32_t(r), at, uint64_t(numel), ShardSet::slice(st, shard.id, start, numel, what)});
         }
         starts.emplace_back(uint64_t(start), name);
       }

@@ -75,7 +75,7 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
     size_t p_index = 0;
     for (size_t s = 0; s < S; ++s) {
       const Field st = state.at(int64_t(s));
-      if (r == 0) index.steps.push_back(st.find("step") ? read_step(st["step"], shard.source) : StepValue{});
+      if (r == 0) index.steps.push_back(st.find("step") ? read_step(st["step"], shard.id) : StepValue{});
       std::vector<Field> tensors{flat[s]};
       for (size_t k = 1; k < index.state_names.size(); ++k) tensors.push_back(st[index.state_names[k]]);
       // The sub-group's partitions must fill its flat tensors exactly; otherwise param_shapes and
@@ -105,9 +105,9 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
       }
       for (const Field& t : tensors)
         index.flat_offsets.push_back(
-            ShardSet::slice(t, shard.source, 0, t.as_tensor().numel(), "sub-group " + std::to_string(s)).offset);
+            ShardSet::slice(t, shard.id, 0, t.as_tensor().numel(), "sub-group " + std::to_string(s)).offset);
     }
-    index.optim_source.push_back(shard.source);
+    index.optim_shard.push_back(shard.id);
   }
   // Frozen parameters: each rank's model file holds its ceil(n/W) partition (with padding).
   if (!frozen.empty()) {
@@ -117,10 +117,10 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
       const Field frags = model.root()["frozen_param_fragments"];
       for (auto& f : index.frozen) {
         const Field t = frags[f.name];
-        const uint64_t n = numel_of(f.shape), part = (n + uint64_t(W) - 1) / uint64_t(W);
+        const uint64_t n = numel_of(f.shape), part = zero3_partition(n, uint64_t(W));
         f.dtype = t.as_tensor().dtype;
         if (const uint64_t valid = valid_on_rank(n, part, r))
-          f.data.push_back(ShardSet::slice(t, model.source, 0, valid, "frozen parameter " + f.name));
+          f.data.push_back(ShardSet::slice(t, model.id, 0, valid, "frozen parameter " + f.name));
       }
     }
   }

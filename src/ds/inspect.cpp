@@ -48,7 +48,7 @@ double step_number(const TagIndex& index, const StepValue& step) {
     case StepValue::Tensor:
       break;
   }
-  pt::File f(index.shards.at(step.extent.source).path);
+  pt::File f(index.shards.at(step.extent.file).path);
   unsigned char b[8] = {};
   f.read_exact(step.extent.offset, b, step.extent.length, "step");
   switch (step.dtype) {

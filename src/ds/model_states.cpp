@@ -45,20 +45,20 @@ void read_model_common(TagIndex& index, const OpenShard& model) {
       const Field t = (*module)[name];
       const pt::Tensor& tensor = t.as_tensor();
       PlainTensor b{name, tensor.dtype, tensor.shape, {}};
-      b.data.push_back(ShardSet::slice(t, model.source, 0, tensor.numel(), "buffer " + name));
+      b.data.push_back(ShardSet::slice(t, model.id, 0, tensor.numel(), "buffer " + name));
       index.buffers.push_back(std::move(b));
     }
   }
 }
 
-StepValue read_step(const Field& step, uint32_t source) {
+StepValue read_step(const Field& step, uint32_t shard) {
   StepValue s;
   if (step.is(pt::Kind::Tensor)) {
     const pt::Tensor& t = step.as_tensor();
     if (t.numel() != 1) step.fail("step tensor has " + std::to_string(t.numel()) + " elements");
     s.kind = StepValue::Tensor;
     s.dtype = t.dtype;
-    s.extent = ShardSet::slice(step, source, 0, 1, "step");
+    s.extent = ShardSet::slice(step, shard, 0, 1, "step");
   } else if (step.is(pt::Kind::Int)) {
     s.kind = StepValue::Int;
     s.i = step.node()->i;

@@ -16,7 +16,7 @@ using ShapeList = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 std::vector<ShapeList> read_param_shapes(const Field& model_root);
 // Buffers, shared params, ds_version, and the dp_world_size check against the file count.
 void read_model_common(TagIndex& index, const OpenShard& model);
-StepValue read_step(const Field& step, uint32_t source);
+StepValue read_step(const Field& step, uint32_t shard);
 // The keys of one optimizer state dict other than 'step', in file order.
 std::vector<std::string> state_keys(const Field& state);
 uint64_t numel_of(const std::vector<int64_t>& shape);

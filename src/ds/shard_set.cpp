@@ -11,16 +11,16 @@ OpenShard ShardSet::open(const std::string& path) {
   Shard shard;
   shard.path = path;
   shard.size = uint64_t(st.st_size);
-  shard.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  shard.mtime_ns = pt::mtime_ns(st);
   shard.inode = uint64_t(st.st_ino);
   shard.pickle_hash = s.pt->pickle_hash;
-  s.source = uint32_t(index_.shards.size());
+  s.id = uint32_t(index_.shards.size());
   index_.shards.push_back(std::move(shard));
   s.name = path.substr(path.find_last_of('/') + 1);
   return s;
 }
 
-pt::Extent ShardSet::slice(const Field& tensor, uint32_t source, uint64_t first, uint64_t count,
+pt::Extent ShardSet::slice(const Field& tensor, uint32_t shard, uint64_t first, uint64_t count,
                            const std::string& what) {
   const pt::Tensor& t = tensor.as_tensor();
   if (!t.contiguous()) tensor.fail(what + ": tensor is not contiguous");
@@ -29,7 +29,7 @@ pt::Extent ShardSet::slice(const Field& tensor, uint32_t source, uint64_t first,
     tensor.fail(what + ": start (" + std::to_string(first) + ") + length (" + std::to_string(count) +
                 ") exceeds the tensor's " + std::to_string(n) + " elements");
   const uint64_t es = pt::element_size(t.dtype);
-  return pt::Extent{source, t.byte_offset() + first * es, count * es};
+  return pt::Extent{shard, t.byte_offset() + first * es, count * es};
 }
 
 }  // namespace zm::ds

@@ -33,7 +33,7 @@ struct Record {
   uint64_t size() const { return tensor ? tensor->nbytes() : inline_data.size(); }
 };
 
-uint32_t record_crc(const Record& r, const ByteSource* src) {
+uint32_t record_crc(const Record& r, const ExtentReader* src) {
   if (!src || r.size() == 0) return 0;
   if (!r.tensor) return crc32(r.inline_data.data(), r.inline_data.size());
   uint32_t crc = 0;
@@ -41,7 +41,7 @@ uint32_t record_crc(const Record& r, const ByteSource* src) {
   for (const Extent& e : r.tensor->data) {
     for (uint64_t at = 0; at < e.length;) {
       const size_t n = size_t(std::min<uint64_t>(buf.size(), e.length - at));
-      src->pread(e.source, e.offset + at, buf.data(), n);
+      src->pread(e.file, e.offset + at, buf.data(), n);
       crc = crc32(buf.data(), n, crc);
       at += n;
     }

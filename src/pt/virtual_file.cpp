@@ -20,13 +20,13 @@ void VirtualFile::append_extent(const Extent& e) {
   if (e.length == 0) return;
   if (!segs_.empty()) {
     Segment& b = segs_.back();
-    if (b.kind == Segment::Source && b.source == e.source && b.offset + b.length == e.offset) {
+    if (b.kind == Segment::Stored && b.file == e.file && b.offset + b.length == e.offset) {
       b.length += e.length;
       size_ += e.length;
       return;
     }
   }
-  segs_.push_back({size_, e.length, Segment::Source, e.source, e.offset});
+  segs_.push_back({size_, e.length, Segment::Stored, e.file, e.offset});
   size_ += e.length;
 }
 
@@ -40,7 +40,7 @@ void VirtualFile::append_zero(uint64_t n) {
   size_ += n;
 }
 
-size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ByteSource& src) const {
+size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ExtentReader& src) const {
   if (offset >= size_) return 0;
   n = size_t(std::min<uint64_t>(n, size_ - offset));
   auto it =
@@ -58,8 +58,8 @@ size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ByteSource&
       case Segment::Zero:
         memset(out + done, 0, take);
         break;
-      case Segment::Source:
-        src.pread(it->source, it->offset + within, out + done, take);
+      case Segment::Stored:
+        src.pread(it->file, it->offset + within, out + done, take);
         break;
     }
     done += take;

@@ -94,7 +94,7 @@ struct Stats {
   }
 };
 
-Stats compute_stats(const TagSource& t, const ds::Param& p, const pt::ByteSource& src) {
+Stats compute_stats(const MountedTag& t, const ds::Param& p, const pt::ExtentReader& src) {
   Stats s;
   const size_t es = pt::element_size(t.index->master_dtype);
   std::string buf;
@@ -103,7 +103,7 @@ Stats compute_stats(const TagSource& t, const ds::Param& p, const pt::ByteSource
     for (uint64_t at = 0; at < e.length;) {
       const size_t n = size_t(std::min<uint64_t>(e.length - at, (1u << 20) / es * es));
       buf.resize(n);
-      src.pread(e.source, e.offset + at, buf.data(), n);
+      src.pread(e.file, e.offset + at, buf.data(), n);
       for (size_t k = 0; k < n; k += es) s.add(element(buf.data() + k, t.index->master_dtype));
       at += n;
     }
@@ -158,7 +158,7 @@ std::string params_summary(const ds::TagIndex& ix) {
   return o;
 }
 
-std::string param_info(const TagSource& t, const ds::Param& p, const pt::ByteSource* src) {
+std::string param_info(const MountedTag& t, const ds::Param& p, const pt::ExtentReader* src) {
   const ds::TagIndex& ix = *t.index;
   std::string o;
   auto line = [&](const std::string& k, const std::string& v) { o += pad(k, 11) + v + "\n"; };
@@ -183,7 +183,7 @@ std::string param_info(const TagSource& t, const ds::Param& p, const pt::ByteSou
     const ds::Fragment& f = frags[k];
     line(k ? "" : "ranks", "rank " + std::to_string(f.rank) + ": elements [" + with_commas(f.start) + ", " +
                                with_commas(f.start + f.numel) + ") in " +
-                               file_name(ix.shards.at(f.extent.source).path));
+                               file_name(ix.shards.at(f.extent.file).path));
   }
   if (src) {
     const Stats s = compute_stats(t, p, *src);
@@ -199,7 +199,7 @@ std::string param_info(const TagSource& t, const ds::Param& p, const pt::ByteSou
   return o;
 }
 
-pt::VirtualFile param_npy(const TagSource& t, const ds::Param& p, size_t state) {
+pt::VirtualFile param_npy(const MountedTag& t, const ds::Param& p, size_t state) {
   std::string shape = "(";
   for (size_t k = 0; k < p.shape.size(); ++k)
     shape += std::to_string(p.shape[k]) + (p.shape.size() == 1 || k + 1 < p.shape.size() ? ", " : "");
@@ -222,7 +222,7 @@ pt::VirtualFile param_npy(const TagSource& t, const ds::Param& p, size_t state) 
   return f;
 }
 
-pt::VirtualFile model_safetensors(const TagSource& t) {
+pt::VirtualFile model_safetensors(const MountedTag& t) {
   const ds::TagIndex& ix = *t.index;
   // Two passes over small records (the header, then the data extents), so that the only large
   // thing built is the VirtualFile itself: one segment per (parameter, rank) piece.

@@ -99,8 +99,8 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
     for (auto& f : files) {
       auto c = v.content(*f.node);
       const auto& segs = c->segments();
-      if (segs.size() != 1 || segs[0].kind != pt::Segment::Source || segs[0].offset != 0) continue;
-      auto [it, fresh] = whole_files.try_emplace({segs[0].source, segs[0].offset, segs[0].length}, f.path);
+      if (segs.size() != 1 || segs[0].kind != pt::Segment::Stored || segs[0].offset != 0) continue;
+      auto [it, fresh] = whole_files.try_emplace({segs[0].file, segs[0].offset, segs[0].length}, f.path);
       if (!fresh) f.link_to = it->second;
     }
     std::stable_partition(files.begin(), files.end(), [](const Job& j) { return j.link_to.empty(); });

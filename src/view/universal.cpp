@@ -24,7 +24,7 @@ Node* tensor_node(pt::Arena& a, pt::DType dtype, std::vector<int64_t> shape, std
   return a.make_tensor_node(std::move(t));
 }
 
-const Node* step_node(pt::Arena& a, const TagSource& t, const ds::StepValue& s) {
+const Node* step_node(pt::Arena& a, const MountedTag& t, const ds::StepValue& s) {
   switch (s.kind) {
     case ds::StepValue::Tensor:
       return tensor_node(a, s.dtype, {}, {t.map(s.extent)});
@@ -47,7 +47,7 @@ void set(Node* dict, pt::Arena& a, const char* key, const Node* value) {
 
 }  // namespace
 
-pt::VirtualFile param_state_file(const TagSource& t, const ds::Param& p, size_t state, bool bare) {
+pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t state, bool bare) {
   pt::Arena a;
   std::vector<pt::Extent> data;
   for (const auto& f : t.index->fragments(p, state)) data.push_back(t.map(f.extent));
@@ -59,12 +59,12 @@ pt::VirtualFile param_state_file(const TagSource& t, const ds::Param& p, size_t 
   return pt::build_pt(d, stem(t.index->state_names[state].c_str()));
 }
 
-pt::VirtualFile step_file(const TagSource& t, const ds::StepValue& step) {
+pt::VirtualFile step_file(const MountedTag& t, const ds::StepValue& step) {
   pt::Arena a;
   return pt::build_pt(step_node(a, t, step), stem("step"));
 }
 
-pt::VirtualFile optimizer_state_file(const TagSource& t) {
+pt::VirtualFile optimizer_state_file(const MountedTag& t) {
   const ds::TagIndex& ix = *t.index;
   pt::Arena a;
   Node* root = a.make(Kind::Dict);

@@ -52,8 +52,8 @@ pt::VirtualFile inline_file(std::string text) {
 }  // namespace
 
 uint64_t View::add_passthrough(uint64_t parent, const std::string& name, const std::string& path) {
-  const uint32_t id = sources_.add(path);
-  const struct stat& st = sources_.stat(id);
+  const uint32_t id = files_.add(path);
+  const struct stat& st = files_.stat(id);
   const uint64_t size = uint64_t(st.st_size);
   return tree_.add_file(
       parent, name, st.st_mtim,
@@ -85,7 +85,7 @@ void View::mirror(const std::string& real_dir, uint64_t dir) {
   }
 }
 
-void View::add_universal(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime) {
+void View::add_universal(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime) {
   const ds::TagIndex& ix = *tag.index;
   const uint64_t u = tree_.add_dir(parent, name, mtime);
   // Both model-state name families, whatever stage saved the checkpoint (spec §6.6).
@@ -93,7 +93,7 @@ void View::add_universal(uint64_t parent, const std::string& name, const TagSour
   for (int r = 0; r < ix.dp; ++r)
     add_passthrough(u, ds::zero_model_states_name(r, 0), ix.model_files.at(ix.stage == 3 ? size_t(r) : 0));
   const uint64_t zero = tree_.add_dir(u, "zero", mtime);
-  const TagSource* t = &tag;
+  const MountedTag* t = &tag;
   tree_.add_file(zero, "optimizer_state.pt", mtime, [t] { return optimizer_state_file(*t); });
   const bool bare = opts_.bare_zero3_tensors && ix.stage == 3;
   for (const ds::Param& p : ix.params) {
@@ -110,9 +110,9 @@ void View::add_universal(uint64_t parent, const std::string& name, const TagSour
   stats_.params += ix.params.size();
 }
 
-void View::add_params(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime) {
+void View::add_params(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime) {
   const ds::TagIndex& ix = *tag.index;
-  const TagSource* t = &tag;
+  const MountedTag* t = &tag;
   const uint64_t d = tree_.add_dir(parent, name, mtime);
   const std::string readme = params_readme(ix.tag);
   tree_.add_file(
@@ -123,15 +123,15 @@ void View::add_params(uint64_t parent, const std::string& name, const TagSource&
     const ds::Param* pp = &p;
     // The statistics read the whole parameter, so stat() sizes the text without them.
     tree_.add_file(
-        pd, "info", mtime, [this, t, pp] { return inline_file(param_info(*t, *pp, &sources_)); },
+        pd, "info", mtime, [this, t, pp] { return inline_file(param_info(*t, *pp, &files_)); },
         [t, pp] { return uint64_t(param_info(*t, *pp, nullptr).size()); });
     for (size_t k = 0; k < ix.state_names.size(); ++k)
       tree_.add_file(pd, ix.state_names[k] + ".npy", mtime, [t, pp, k] { return param_npy(*t, *pp, k); });
   }
 }
 
-void View::add_fp32(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime) {
-  const TagSource* t = &tag;
+void View::add_fp32(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime) {
+  const MountedTag* t = &tag;
   const uint64_t d = tree_.add_dir(parent, name, mtime);
   tree_.add_file(d, "model.safetensors", mtime, [t] { return model_safetensors(*t); });
 }
@@ -152,12 +152,12 @@ std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& o
     bool hit = false;
     auto ix = ds::index_tag_cached(td, &hit);
     v->stats_.cache_hits += hit;
-    auto ts = std::make_unique<TagSource>();
+    auto ts = std::make_unique<MountedTag>();
     ts->index = ix.get();
     for (const auto& s : ix->shards) {
-      const uint32_t id = v->sources_.add(s.path);
-      v->sources_.expect(id, s.size, s.mtime_ns, s.inode);
-      ts->source_of_shard.push_back(id);
+      const uint32_t id = v->files_.add(s.path);
+      v->files_.expect(id, s.size, s.mtime_ns, s.inode);
+      ts->file_of_shard.push_back(id);
     }
     v->stats_.state_bytes += ix->state_bytes();
     v->indexes_.push_back(std::move(ix));
@@ -179,7 +179,7 @@ std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& o
     v->mirror(dir.root, Tree::kRoot);
   }
   for (const auto& ts : v->tags_) {
-    using Adder = void (View::*)(uint64_t, const std::string&, const TagSource&, struct timespec);
+    using Adder = void (View::*)(uint64_t, const std::string&, const MountedTag&, struct timespec);
     for (auto [suffix, add] : {std::pair<const char*, Adder>{"_universal", &View::add_universal},
                                {"_params", &View::add_params},
                                {"_fp32", &View::add_fp32}}) {
@@ -199,7 +199,7 @@ std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& o
   v->stats_.tags = v->tags_.size();
   v->stats_.files = tree.files();
   v->stats_.nodes = tree.size();
-  v->stats_.shards = v->sources_.size();
+  v->stats_.shards = v->files_.size();
   v->stats_.index_seconds = std::chrono::duration<double>(t1 - t0).count();
   return v;
 }

@@ -25,7 +25,7 @@ void attach(const zm::pt::Node* n, int depth) {
   attach(n->state, depth + 1);
 }
 
-class One : public zm::pt::ByteSource {
+class One : public zm::pt::ExtentReader {
  public:
   explicit One(const zm::pt::File& f) : f_(f) {}
   void pread(uint32_t, uint64_t off, void* buf, size_t n) const override { f_.read_exact(off, buf, n, "input"); }

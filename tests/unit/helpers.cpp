@@ -44,11 +44,11 @@ std::string tensor_bytes(const pt::PtFile& f, const pt::Tensor& t) {
   return f.file.read_string(t.byte_offset(), t.nbytes(), "tensor");
 }
 
-void PathSource::pread(uint32_t source, uint64_t offset, void* buf, size_t n) const {
-  pt::File(paths_.at(source)).read_exact(offset, buf, n, "test source");
+void PathSource::pread(uint32_t file, uint64_t offset, void* buf, size_t n) const {
+  pt::File(paths_.at(file)).read_exact(offset, buf, n, "test source");
 }
 
-std::string read_all(const pt::VirtualFile& f, const pt::ByteSource& src) {
+std::string read_all(const pt::VirtualFile& f, const pt::ExtentReader& src) {
   std::string s(f.size(), '\0');
   if (f.read(0, s.data(), s.size(), src) != s.size()) throw std::runtime_error("short read");
   return s;

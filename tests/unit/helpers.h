@@ -18,15 +18,15 @@ std::string temp_dir();  // fresh, under TMPDIR
 std::vector<std::string> pt_files(const std::string& dir);
 // The raw bytes of a contiguous tensor of a loaded file.
 std::string tensor_bytes(const pt::PtFile& f, const pt::Tensor& t);
-// Sources by id, opened on demand: a ByteSource for VirtualFiles in tests.
-class PathSource : public pt::ByteSource {
+// FileTable by id, opened on demand: a ExtentReader for VirtualFiles in tests.
+class PathSource : public pt::ExtentReader {
  public:
   explicit PathSource(std::vector<std::string> paths) : paths_(std::move(paths)) {}
-  void pread(uint32_t source, uint64_t offset, void* buf, size_t n) const override;
+  void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const override;
 
  private:
   std::vector<std::string> paths_;
 };
-std::string read_all(const pt::VirtualFile& f, const pt::ByteSource& src);
+std::string read_all(const pt::VirtualFile& f, const pt::ExtentReader& src);
 
 }  // namespace zm::test

@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 
 std::string assemble(const ds::TagIndex& ix, const std::vector<pt::Extent>& extents, uint64_t nbytes) {
   std::string out;
-  for (const auto& e : extents) out += pt::File(ix.shards.at(e.source).path).read_string(e.offset, e.length, "extent");
+  for (const auto& e : extents) out += pt::File(ix.shards.at(e.file).path).read_string(e.offset, e.length, "extent");
   return out.substr(0, nbytes);
 }
 

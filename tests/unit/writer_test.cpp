@@ -19,7 +19,7 @@ using pt::Kind;
 using pt::Node;
 
 // Serves `source` 0 from a string.
-class StringSource : public pt::ByteSource {
+class StringSource : public pt::ExtentReader {
  public:
   explicit StringSource(std::string s) : s_(std::move(s)) {}
   void pread(uint32_t, uint64_t off, void* buf, size_t n) const override { memcpy(buf, s_.data() + off, n); }
@@ -36,7 +36,7 @@ Node* tensor(pt::Arena& a, std::vector<int64_t> shape, std::vector<pt::Extent> d
   return a.make_tensor_node(std::move(t));
 }
 
-std::unique_ptr<pt::PtFile> write_and_load(const pt::VirtualFile& vf, const pt::ByteSource& src,
+std::unique_ptr<pt::PtFile> write_and_load(const pt::VirtualFile& vf, const pt::ExtentReader& src,
                                            const std::string& dir) {
   write_file(dir + "/out.pt", read_all(vf, src));
   return pt::load_pt(dir + "/out.pt");
@@ -68,17 +68,17 @@ TEST(PtWriter, RoundTripsTensorsFromExtents) {
 
 TEST(PtWriter, SizeIsKnownWithoutReadingData) {
   pt::Arena a;
-  // Layout needs names and sizes only: a ByteSource that fails on any read proves it.
+  // Layout needs names and sizes only: a ExtentReader that fails on any read proves it.
   const pt::VirtualFile vf = pt::build_pt(tensor(a, {1000}, {{7, 0, 4000}}));
   EXPECT_GT(vf.size(), 4000u);
   uint64_t data = 0;
   for (const auto& s : vf.segments())
-    if (s.kind == pt::Segment::Source) data += s.length;
+    if (s.kind == pt::Segment::Stored) data += s.length;
   EXPECT_EQ(data, 4000u);
 }
 
 TEST(PtWriter, ReadsTouchOnlyOverlappedSegments) {
-  class Counting : public pt::ByteSource {
+  class Counting : public pt::ExtentReader {
    public:
     mutable uint64_t bytes = 0;
     void pread(uint32_t, uint64_t, void* buf, size_t n) const override {

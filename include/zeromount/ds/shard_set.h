@@ -12,7 +12,7 @@ namespace zm::ds {
 
 struct OpenShard {
   std::unique_ptr<pt::PtFile> pt;
-  uint32_t source = 0;
+  uint32_t id = 0;  // its index in TagIndex::shards
   Field root() const { return Field(pt->root, name); }
   std::string name;  // file name for messages
 };
@@ -22,9 +22,9 @@ class ShardSet {
   explicit ShardSet(TagIndex& index) : index_(index) {}
   OpenShard open(const std::string& path);
 
-  // Elements [first, first + count) of a 1-D view of `t`, as bytes of `source`.
+  // Elements [first, first + count) of a 1-D view of `t`, as bytes of shard `shard`.
   // `what` names the parameter in the error when the slice runs past the tensor.
-  static pt::Extent slice(const Field& tensor, uint32_t source, uint64_t first, uint64_t count,
+  static pt::Extent slice(const Field& tensor, uint32_t shard, uint64_t first, uint64_t count,
                           const std::string& what);
 
  private:

@@ -12,7 +12,7 @@
 
 namespace zm::ds {
 
-// A shard file and its identity when indexed; Extent::source indexes TagIndex::shards.
+// A shard file and its identity when indexed; Extent::file indexes TagIndex::shards.
 struct Shard {
   std::string path;
   uint64_t size = 0;
@@ -38,7 +38,9 @@ struct StepValue {
   double f = 0;
 };
 
-// ZeRO-3 splits n elements into W partitions of ceil(n/W); rank r holds this many real ones.
+// ZeRO-3 splits n elements into W partitions of ceil(n/W) each (spec §4.2); the last ones pad.
+inline uint64_t zero3_partition(uint64_t n, uint64_t W) { return (n + W - 1) / W; }
+// Rank r of partitions of `part` elements holds this many real ones.
 inline uint64_t valid_on_rank(uint64_t n, uint64_t part, uint64_t rank) {
   const uint64_t begin = part * rank;
   return begin >= n ? 0 : (n - begin < part ? n - begin : part);
@@ -96,10 +98,10 @@ struct TagIndex {
 
   // Stage 3 layout, so that no per-(parameter, rank) record is kept: element 0 of state k of
   // sub-group s in rank r's optimizer file is at byte flat_offsets[(r * sub_groups + s) * states + k]
-  // of shards[optim_source[r]].
+  // of shards[optim_shard[r]].
   size_t sub_groups = 0;
   std::vector<uint64_t> flat_offsets;
-  std::vector<uint32_t> optim_source;
+  std::vector<uint32_t> optim_shard;
 
   // The pieces of state `state` of `p`, in rank order; concatenated they are the flat tensor.
   std::vector<Fragment> fragments(const Param& p, size_t state) const;

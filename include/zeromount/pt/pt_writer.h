@@ -15,7 +15,7 @@ struct PtOptions {
   bool legacy_key_order = false;   // 1.13 writes data records in sorted(str) key order: 0, 1, 10, 2
   // Real CRC-32s for generic zip tools. torch.load never checks them; computing them reads
   // every tensor byte through `crc_source` now instead of lazily.
-  const ByteSource* crc_source = nullptr;
+  const ExtentReader* crc_source = nullptr;
 };
 
 VirtualFile build_pt(const Node* root, const PtOptions& opts = {});

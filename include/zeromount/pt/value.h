@@ -15,7 +15,7 @@ namespace zm::pt {
 
 // A run of bytes of one source file. The lazy writer serves tensor bytes from lists of these.
 struct Extent {
-  uint32_t source = 0;
+  uint32_t file = 0;  // an id in the table the ExtentReader serves
   uint64_t offset = 0;
   uint64_t length = 0;
 };

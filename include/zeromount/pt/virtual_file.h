@@ -11,20 +11,20 @@
 namespace zm::pt {
 
 // Where source bytes come from. The view implements it over its shard table, with identity checks.
-class ByteSource {
+class ExtentReader {
  public:
-  virtual ~ByteSource() = default;
-  // Reads exactly n bytes of `source` at `offset` or throws.
-  virtual void pread(uint32_t source, uint64_t offset, void* buf, size_t n) const = 0;
+  virtual ~ExtentReader() = default;
+  // Reads exactly n bytes of file `file` at `offset` or throws.
+  virtual void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const = 0;
 };
 
 struct Segment {
-  enum Kind : uint8_t { Inline, Source, Zero };
+  enum Kind : uint8_t { Inline, Stored, Zero };
   uint64_t start = 0;  // offset in the virtual file
   uint64_t length = 0;
   Kind kind = Inline;
-  uint32_t source = 0;
-  uint64_t offset = 0;  // Inline: into the blob; Source: into the source file
+  uint32_t file = 0;  // an id in the table the ExtentReader serves
+  uint64_t offset = 0;  // Inline: into the blob; Stored: into the file
 };
 
 class VirtualFile {
@@ -40,7 +40,7 @@ class VirtualFile {
   size_t memory_bytes() const { return blob_.capacity() + segs_.capacity() * sizeof(Segment) + sizeof(*this); }
 
   // Copies up to n bytes at `offset`; returns the count (short only at end of file).
-  size_t read(uint64_t offset, void* buf, size_t n, const ByteSource& src) const;
+  size_t read(uint64_t offset, void* buf, size_t n, const ExtentReader& src) const;
 
  private:
   std::vector<Segment> segs_;

@@ -14,10 +14,10 @@ std::string params_readme(const std::string& tag);
 std::string params_summary(const ds::TagIndex& ix);
 // Name, shape, dtype, group, which ranks hold which element ranges, and fp32 statistics. With
 // `src` null the statistics are placeholders of the same width: the size is known without reading.
-std::string param_info(const TagSource& t, const ds::Param& p, const pt::ByteSource* src);
+std::string param_info(const MountedTag& t, const ds::Param& p, const pt::ExtentReader* src);
 // numpy .npy (format 1.0, 64-byte aligned header) of one state, for np.load(mmap_mode='r').
-pt::VirtualFile param_npy(const TagSource& t, const ds::Param& p, size_t state);
+pt::VirtualFile param_npy(const MountedTag& t, const ds::Param& p, size_t state);
 // Every trainable parameter in fp32, frozen ones, shared aliases and buffers, as zero_to_fp32 names them.
-pt::VirtualFile model_safetensors(const TagSource& t);
+pt::VirtualFile model_safetensors(const MountedTag& t);
 
 }  // namespace zm::view

@@ -11,17 +11,17 @@
 namespace zm::view {
 
 // A tag's index plus the view-wide source id of each of its shards.
-struct TagSource {
+struct MountedTag {
   const ds::TagIndex* index = nullptr;
-  std::vector<uint32_t> source_of_shard;
-  pt::Extent map(const pt::Extent& e) const { return {source_of_shard.at(e.source), e.offset, e.length}; }
+  std::vector<uint32_t> file_of_shard;
+  pt::Extent map(const pt::Extent& e) const { return {file_of_shard.at(e.file), e.offset, e.length}; }
 };
 
 // zero/<param>/<state>.pt: {'cat_dim': 0, 'param': tensor} (or a bare tensor when `bare`).
-pt::VirtualFile param_state_file(const TagSource& t, const ds::Param& p, size_t state, bool bare);
+pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t state, bool bare);
 // zero/<param>/step.pt: the step as the source optimizer stored it.
-pt::VirtualFile step_file(const TagSource& t, const ds::StepValue& step);
+pt::VirtualFile step_file(const MountedTag& t, const ds::StepValue& step);
 // zero/optimizer_state.pt: what every target stage's universal loader reads, without flat tensors.
-pt::VirtualFile optimizer_state_file(const TagSource& t);
+pt::VirtualFile optimizer_state_file(const MountedTag& t);
 
 }  // namespace zm::view

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "zeromount/ds/tag_index.h"
-#include "zeromount/view/sources.h"
+#include "zeromount/view/file_table.h"
 #include "zeromount/view/tree.h"
 #include "zeromount/view/universal.h"
 
@@ -42,24 +42,24 @@ class View {
   // The bytes of a file, built on first use and kept in a bounded cache.
   std::shared_ptr<const pt::VirtualFile> content(const Inode& n) const;
   size_t read(const pt::VirtualFile& f, uint64_t offset, void* buf, size_t n) const {
-    return f.read(offset, buf, n, sources_);
+    return f.read(offset, buf, n, files_);
   }
-  const Sources& sources() const { return sources_; }
+  const FileTable& files() const { return files_; }
   std::string describe(const Inode& n) const;  // path inside the mount, for log lines
 
  private:
   View(const ViewOptions& opts, struct timespec mtime) : opts_(opts), tree_(mtime) {}
   void mirror(const std::string& real_dir, uint64_t dir);
-  void add_universal(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime);
-  void add_params(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime);
-  void add_fp32(uint64_t parent, const std::string& name, const TagSource& tag, struct timespec mtime);
+  void add_universal(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime);
+  void add_params(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime);
+  void add_fp32(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime);
   uint64_t add_passthrough(uint64_t parent, const std::string& name, const std::string& path);
 
   ViewOptions opts_;
   Tree tree_;
-  Sources sources_;
+  FileTable files_;
   std::vector<std::unique_ptr<ds::TagIndex>> indexes_;
-  std::vector<std::unique_ptr<TagSource>> tags_;
+  std::vector<std::unique_ptr<MountedTag>> tags_;
   MountStats stats_;
   uid_t uid_ = 0;
   gid_t gid_ = 0;
