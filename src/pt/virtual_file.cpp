@@ -40,6 +40,20 @@ void VirtualFile::append_zero(uint64_t n) {
   size_ += n;
 }
 
+void VirtualFile::append_computed(std::shared_ptr<const pt::Computed> c) {
+  const uint64_t n = c->size();
+  if (n == 0) return;
+  segs_.push_back({size_, n, Segment::Computed, 0, computed_.size()});
+  computed_.push_back(std::move(c));
+  size_ += n;
+}
+
+size_t VirtualFile::memory_bytes() const {
+  size_t n = blob_.capacity() + segs_.capacity() * sizeof(Segment) + sizeof(*this);
+  for (const auto& c : computed_) n += c->memory_bytes();
+  return n;
+}
+
 size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ExtentReader& src) const {
   if (offset >= size_) return 0;
   n = size_t(std::min<uint64_t>(n, size_ - offset));
@@ -60,6 +74,9 @@ size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ExtentReade
         break;
       case Segment::Stored:
         src.pread(it->file, it->offset + within, out + done, take);
+        break;
+      case Segment::Computed:
+        computed_[it->offset]->read(within, out + done, take, src);
         break;
     }
     done += take;

@@ -2,6 +2,7 @@
 // A file described, not stored: inline header bytes, ranges of source files and zero fill.
 // Its size is exact before any source byte is read, and a read touches only what it overlaps.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,13 +19,25 @@ class ExtentReader {
   virtual void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const = 0;
 };
 
+// Bytes that exist in no file but are computed from file bytes when read: a precision change,
+// an average of tensor-parallel copies. Its length is fixed when it is made, so sizes stay exact.
+class Computed {
+ public:
+  virtual ~Computed() = default;
+  virtual uint64_t size() const = 0;
+  // Writes bytes [offset, offset + n) of the result; reads what it needs through `files`.
+  virtual void read(uint64_t offset, void* out, size_t n, const ExtentReader& files) const = 0;
+  // Heap bytes held, for cache accounting.
+  virtual size_t memory_bytes() const { return sizeof(*this); }
+};
+
 struct Segment {
-  enum Kind : uint8_t { Inline, Stored, Zero };
+  enum Kind : uint8_t { Inline, Stored, Zero, Computed };
   uint64_t start = 0;  // offset in the virtual file
   uint64_t length = 0;
   Kind kind = Inline;
   uint32_t file = 0;  // an id in the table the ExtentReader serves
-  uint64_t offset = 0;  // Inline: into the blob; Stored: into the file
+  uint64_t offset = 0;  // Inline: into the blob; Stored: into the file; Computed: index in computed()
 };
 
 class VirtualFile {
@@ -32,12 +45,14 @@ class VirtualFile {
   void append_inline(std::string_view bytes);
   void append_extent(const Extent& e);
   void append_zero(uint64_t n);
+  void append_computed(std::shared_ptr<const pt::Computed> c);
   void reserve(size_t segments) { segs_.reserve(segments); }  // avoids doubling a large file's table
 
   uint64_t size() const { return size_; }
   const std::vector<Segment>& segments() const { return segs_; }
+  const std::vector<std::shared_ptr<const pt::Computed>>& computed() const { return computed_; }
   // Approximate heap bytes held, for cache accounting.
-  size_t memory_bytes() const { return blob_.capacity() + segs_.capacity() * sizeof(Segment) + sizeof(*this); }
+  size_t memory_bytes() const;
 
   // Copies up to n bytes at `offset`; returns the count (short only at end of file).
   size_t read(uint64_t offset, void* buf, size_t n, const ExtentReader& src) const;
@@ -45,6 +60,7 @@ class VirtualFile {
  private:
   std::vector<Segment> segs_;
   std::string blob_;
+  std::vector<std::shared_ptr<const pt::Computed>> computed_;
   uint64_t size_ = 0;
 };
 
