@@ -61,25 +61,25 @@ int index(const std::string& ckpt, int runs) {
 // Reads every universal state file of the view through VirtualFile::read, then the same source
 // extents with plain pread, both from the page cache, in the same buffer size.
 int vfile(const std::string& ckpt) {
-  auto v = zm::view::View::open(ckpt);
-  std::vector<std::shared_ptr<const zm::pt::VirtualFile>> files;
+  auto v = zm::view::View::load(ckpt);
+  std::vector<zm::view::OpenFile> files;
   for (uint64_t i = 1; i <= v->tree().size(); ++i) {
     const auto& n = *v->tree().get(i);
     if (!n.dir && n.name.size() > 3 && n.name.substr(n.name.size() - 3) == ".pt" && n.name != "step.pt" &&
         v->describe(n).find("_universal/zero/") != std::string::npos)
-      files.push_back(v->content(n));
+      files.push_back(v->open(n, O_RDONLY));
   }
   std::string buf(1 << 20, '\0');
   auto pass_vf = [&] {
     uint64_t bytes = 0;
     for (const auto& f : files)
-      for (uint64_t off = 0; off < f->size(); off += buf.size()) bytes += v->read(*f, off, buf.data(), buf.size());
+      for (uint64_t off = 0; off < f.size(); off += buf.size()) bytes += f.read(off, buf.data(), buf.size());
     return bytes;
   };
   auto pass_pread = [&] {
     uint64_t bytes = 0;
     for (const auto& f : files)
-      for (const auto& s : f->segments()) {
+      for (const auto& s : f.content().segments()) {
         if (s.kind != zm::pt::Segment::Stored) continue;
         const int fd = v->files().fd(s.file);
         for (uint64_t at = 0; at < s.length; at += buf.size()) {

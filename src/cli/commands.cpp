@@ -42,7 +42,7 @@ int inspect(const std::string& ckpt, const std::string& tag, bool json) {
 }
 
 int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads) {
-  auto view = view::View::open(source);
+  auto view = view::View::load(source);
   view::ExportOptions o;
   o.what = what;
   o.threads = threads;
@@ -101,7 +101,7 @@ int mount(const MountOptions& o) {
   // Index before forking: a checkpoint that cannot be served is refused here, in the caller's terminal.
   view::ViewOptions vo;
   vo.bare_zero3_tensors = o.bare_zero3_tensors;
-  auto view = view::View::open(o.source, vo);
+  auto view = view::View::load(o.source, vo);
   malloc_trim(0);  // give back what decoding the pickles used, before the server inherits it
   const auto& s = view->stats();
   fuse::MountConfig cfg;

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "zeromount/view/view.h"
+
 namespace zm::cli {
 
 int inspect(const std::string& ckpt, const std::string& tag, bool json);
@@ -16,9 +18,9 @@ struct MountOptions {
   bool foreground = false;
   bool debug = false;
   std::string log_level = "info";
-  unsigned threads = 0;             // 0: libfuse's default
-  bool bare_zero3_tensors = false;  // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
-  unsigned read_ahead_kb = 1024;    // 0: leave the kernel's 128 KiB
+  unsigned threads = 0;                                 // 0: libfuse's default
+  bool bare_zero3_tensors = false;                      // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
+  unsigned read_ahead_kb = view::kRequestBytes / 1024;  // one request ahead; 0: leave the kernel's 128 KiB
 };
 int mount(const MountOptions& opts);
 

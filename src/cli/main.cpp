@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/view/provider.h"
 
 namespace {
 
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "zeromount: a read-only FUSE view of DeepSpeed ZeRO checkpoints, with universal "
       "checkpoints built lazily from the shards"};
-  app.set_version_flag("--version", "zeromount 0.1.0");
+  app.set_version_flag("--version", "zeromount " ZM_VERSION);
   zm::cli::MountOptions m;
   std::vector<std::string> raw_opts;
   app.add_option("source", m.source, "checkpoint folder (holds 'latest' and tag folders, or is a tag)");
@@ -59,7 +60,9 @@ int main(int argc, char** argv) {
   auto* exp = app.add_subcommand("export", "write the made-up folders to a real folder (no FUSE needed)");
   exp->add_option("checkpoint", ckpt, "checkpoint folder or tag folder")->required();
   exp->add_option("out", out, "new folder to create (must not exist)")->required();
-  exp->add_option("--view", what, "universal, fp32, params or all")->capture_default_str();
+  std::string kinds;
+  for (const auto& p : zm::view::providers()) kinds += std::string(p->kind()) + ", ";
+  exp->add_option("--view", what, "which made-up folders: " + kinds + "or all")->capture_default_str();
   exp->add_option("--threads", threads, "parallel copies")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);

@@ -1,5 +1,5 @@
-// The only file that includes libfuse. Each callback looks up the inode in the View, delegates,
-// and maps exceptions to an errno in one place (fuse-archive's pattern); nothing escapes to libfuse.
+// The only file that includes libfuse. Each callback asks the View, which decides every answer,
+// and translates: exceptions become an errno in one place (current_errno); nothing escapes.
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
@@ -19,22 +19,15 @@ namespace {
 
 struct Context {
   const view::View* view;
-  double timeout;
 };
 
-const Context& ctx(fuse_req_t req) {
-  return *static_cast<const Context*>(fuse_req_userdata(req));
+const view::View& view_of(fuse_req_t req) {
+  return *static_cast<const Context*>(fuse_req_userdata(req))->view;
 }
-
-// An open file: its content, built once, shared with the view's cache.
-struct Handle {
-  std::shared_ptr<const pt::VirtualFile> content;
-  const view::Inode* inode;
-};
 
 // The errno of the exception in flight; logs it with the path it concerns.
 int current_errno(fuse_req_t req, const char* op, const view::Inode* n) noexcept {
-  const std::string path = n ? ctx(req).view->describe(*n) : std::string("?");
+  const std::string path = n ? view_of(req).describe(*n) : std::string("?");
   try {
     throw;
   } catch (const Error& e) {
@@ -52,100 +45,87 @@ int current_errno(fuse_req_t req, const char* op, const view::Inode* n) noexcept
   }
 }
 
-const view::Inode& node(fuse_req_t req, fuse_ino_t ino) {
-  const view::Inode* n = ctx(req).view->tree().get(ino);
-  if (!n) throw Error("no such inode " + std::to_string(ino), ENOENT);
-  return *n;
-}
-
-fuse_entry_param entry(fuse_req_t req, const view::Inode& n) {
+fuse_entry_param entry(const view::View& v, const view::Inode& n) {
   fuse_entry_param e{};
   e.ino = n.ino;
   e.generation = 1;
-  e.attr = ctx(req).view->attr(n);
-  e.attr_timeout = e.entry_timeout = ctx(req).timeout;
+  e.attr = v.attr(n);
+  e.attr_timeout = e.entry_timeout = v.cache_seconds();
   return e;
 }
 
 void op_init(void* userdata, fuse_conn_info* conn) {
-  // Ask for 1 MiB requests where the kernel allows them (libfuse 3.14 derives max_pages from max_write).
-  conn->max_write = 1 << 20;
-  conn->max_read = 1 << 20;
+  // libfuse 3.14 derives max_pages from max_write.
+  conn->max_write = view::kRequestBytes;
+  conn->max_read = view::kRequestBytes;
   conn->max_background = 64;
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
-  // Splice measured slower here than pread + fuse_reply_buf (docs/ARCHITECTURE.md, platform §2.4).
+  // Splice measured slower here than pread + fuse_reply_buf (docs/ARCHITECTURE.md).
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  const view::Inode* n = nullptr;
+  const view::View& v = view_of(req);
   try {
-    n = ctx(req).view->tree().lookup(parent, name);
-    if (!n) {
-      fuse_entry_param e{};  // ino 0: a negative entry the kernel may cache as long as positive ones
-      e.entry_timeout = ctx(req).timeout;
-      fuse_reply_entry(req, &e);
-      return;
-    }
-    fuse_entry_param e = entry(req, *n);
+    const view::Inode* n = v.lookup(parent, name);
+    fuse_entry_param e{};  // ino 0: a negative entry, cached as long as positive ones
+    if (n)
+      e = entry(v, *n);
+    else
+      e.entry_timeout = v.cache_seconds();
     fuse_reply_entry(req, &e);
   } catch (...) {
-    fuse_reply_err(req, current_errno(req, "lookup", n));
+    fuse_reply_err(req, current_errno(req, "lookup", v.tree().get(parent)));
   }
 }
 
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  const view::Inode* n = nullptr;
+  const view::View& v = view_of(req);
   try {
-    n = &node(req, ino);
-    struct stat st = ctx(req).view->attr(*n);
-    fuse_reply_attr(req, &st, ctx(req).timeout);
+    struct stat st = v.attr(v.inode(ino));
+    fuse_reply_attr(req, &st, v.cache_seconds());
   } catch (...) {
-    fuse_reply_err(req, current_errno(req, "getattr", n));
+    fuse_reply_err(req, current_errno(req, "getattr", v.tree().get(ino)));
   }
 }
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  const view::View& v = view_of(req);
   try {
-    if (!node(req, ino).dir) throw Error("not a folder", ENOTDIR);
+    v.open_dir(v.inode(ino));
     fi->keep_cache = 1;
     fi->cache_readdir = 1;
     fuse_reply_open(req, fi);
   } catch (...) {
-    fuse_reply_err(req, current_errno(req, "opendir", nullptr));
+    fuse_reply_err(req, current_errno(req, "opendir", v.tree().get(ino)));
   }
 }
 
 template <bool Plus>
 void readdir_impl(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
-  const view::Inode* dir = nullptr;
+  const view::View& v = view_of(req);
   try {
-    dir = &node(req, ino);
-    const view::View& v = *ctx(req).view;
+    const view::Inode& dir = v.inode(ino);
     std::string buf(size, '\0');
     size_t used = 0;
-    // Offsets: 1 is ".", 2 is "..", 3 + k is children[k].
-    for (off_t k = off; k < off_t(dir->children.size()) + 2; ++k) {
-      const view::Inode* n = k == 0   ? dir
-                             : k == 1 ? v.tree().get(dir->parent)
-                                      : v.tree().get(dir->children[size_t(k - 2)]);
-      const char* name = k == 0 ? "." : k == 1 ? ".." : n->name.c_str();
+    for (auto e = v.dir_entry(dir, uint64_t(off)); e; e = v.dir_entry(dir, e->next)) {
+      const std::string name(e->name);
       size_t len;
       if constexpr (Plus) {
-        fuse_entry_param e = entry(req, *n);
-        len = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, k + 1);
+        fuse_entry_param p = entry(v, *e->node);
+        len = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &p, off_t(e->next));
       } else {
         struct stat st {};
-        st.st_ino = n->ino;
-        st.st_mode = n->dir ? S_IFDIR : S_IFREG;
-        len = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, k + 1);
+        st.st_ino = e->node->ino;
+        st.st_mode = e->node->dir ? S_IFDIR : S_IFREG;
+        len = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st, off_t(e->next));
       }
       if (len > size - used) break;
       used += len;
     }
     fuse_reply_buf(req, buf.data(), used);
   } catch (...) {
-    fuse_reply_err(req, current_errno(req, "readdir", dir));
+    fuse_reply_err(req, current_errno(req, "readdir", v.tree().get(ino)));
   }
 }
 
@@ -157,42 +137,41 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const view::Inode* n = nullptr;
+  const view::View& v = view_of(req);
   try {
-    n = &node(req, ino);
-    if (n->dir) throw Error("is a folder", EISDIR);
-    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) throw Error("read-only view", EROFS);
-    auto h = std::make_unique<Handle>(Handle{ctx(req).view->content(*n), n});
+    auto h = std::make_unique<view::OpenFile>(v.open(v.inode(ino), fi->flags));
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     fi->keep_cache = 1;  // the bytes never change while mounted: let the page cache serve repeats
     if (fuse_reply_open(req, fi) == 0) h.release();
   } catch (...) {
-    fuse_reply_err(req, current_errno(req, "open", n));
+    fuse_reply_err(req, current_errno(req, "open", v.tree().get(ino)));
   }
 }
 
 void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
-  const auto* h = reinterpret_cast<const Handle*>(fi->fh);
+  const auto* h = reinterpret_cast<const view::OpenFile*>(fi->fh);
   try {
     thread_local std::string buf;  // one per worker thread, reused: no allocation per request
     if (buf.size() < size) buf.resize(size);
-    const size_t n = ctx(req).view->read(*h->content, uint64_t(off), buf.data(), size);
-    fuse_reply_buf(req, buf.data(), n);
+    fuse_reply_buf(req, buf.data(), h->read(uint64_t(off), buf.data(), size));
   } catch (...) {
-    fuse_reply_err(req, current_errno(req, "read", h->inode));
+    fuse_reply_err(req, current_errno(req, "read", &h->inode()));
   }
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<Handle*>(fi->fh);
+  delete reinterpret_cast<view::OpenFile*>(fi->fh);
   fuse_reply_err(req, 0);
 }
 
 void op_statfs(fuse_req_t req, fuse_ino_t) {
+  const view::FsStats f = view_of(req).statfs();
   struct statvfs s {};
-  s.f_bsize = s.f_frsize = 4096;
-  s.f_files = ctx(req).view->tree().size();
-  s.f_namemax = 255;
+  s.f_bsize = s.f_frsize = f.block_size;
+  s.f_blocks = f.blocks;
+  s.f_files = f.files;
+  s.f_ffree = s.f_favail = f.files_free;
+  s.f_namemax = f.name_max;
   s.f_flag = ST_RDONLY;
   fuse_reply_statfs(req, &s);
 }
@@ -271,14 +250,15 @@ int serve(const view::View& v, const MountConfig& cfg, const std::function<void(
   std::vector<std::string> argv_s{"zeromount"};
   if (cfg.debug) argv_s.push_back("-d");
   // max_read must match what init() asks for, or libfuse refuses the session.
-  std::string opts = "ro,default_permissions,max_read=1048576,subtype=zeromount,fsname=" + cfg.fsname;
+  std::string opts = "ro,default_permissions,max_read=" + std::to_string(view::kRequestBytes) +
+                     ",subtype=zeromount,fsname=" + cfg.fsname;
   for (const auto& o : cfg.options) opts += "," + o;
   argv_s.push_back("-o");
   argv_s.push_back(opts);
   std::vector<char*> argv;
   for (auto& s : argv_s) argv.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(int(argv.size()), argv.data());
-  Context context{&v, cfg.timeout};
+  Context context{&v};
   const fuse_lowlevel_ops ops = make_ops();
   fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &context);
   if (!se) {

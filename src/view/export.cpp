@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "zeromount/pt/error.h"
+#include "zeromount/view/provider.h"
 
 namespace zm::view {
 
@@ -20,17 +21,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Made-up top-level entries are marked with the kind of the Provider that made them.
 bool wanted(const Inode& top, const std::string& what) {
-  auto ends = [&](const char* s) {
-    const std::string x = s;
-    return top.name.size() > x.size() && top.name.compare(top.name.size() - x.size(), x.size(), x) == 0;
-  };
-  if (what == "universal") return (top.dir && ends("_universal")) || top.name == "latest_universal";
-  if (what == "fp32") return top.dir && ends("_fp32");
-  if (what == "params") return top.dir && ends("_params");
-  if (what == "all")
-    return (top.dir && (ends("_universal") || ends("_fp32") || ends("_params"))) || top.name == "latest_universal";
-  throw Error("export: unknown view '" + what + "' (universal, fp32, params or all)", EINVAL);
+  return top.made_by && (what == "all" || what == top.made_by);
+}
+
+void check_kind(const std::string& what) {
+  std::string kinds;
+  for (const auto& p : providers()) {
+    if (what == p->kind()) return;
+    kinds += std::string(p->kind()) + ", ";
+  }
+  if (what != "all") throw Error("export: unknown view '" + what + "' (" + kinds + "or all)", EINVAL);
 }
 
 struct Job {
@@ -54,9 +56,9 @@ void copy_file(const View& v, const Job& job, std::string& buf, std::atomic<uint
   const int fd = ::open(job.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(job.path + ": " + strerror(errno), errno);
   try {
-    auto content = v.content(*job.node);
-    for (uint64_t off = 0; off < content->size();) {
-      const size_t n = v.read(*content, off, buf.data(), buf.size());
+    const OpenFile file = v.open(*job.node, O_RDONLY);
+    for (uint64_t off = 0; off < file.size();) {
+      const size_t n = file.read(off, buf.data(), buf.size());
       for (size_t w = 0; w < n;) {
         const ssize_t r = ::pwrite(fd, buf.data() + w, n - w, off_t(off + w));
         if (r < 0 && errno == EINTR) continue;
@@ -78,6 +80,7 @@ void copy_file(const View& v, const Job& job, std::string& buf, std::atomic<uint
 
 ExportResult export_view(const View& v, const std::string& out, const ExportOptions& o) {
   const fs::path target = fs::absolute(out).lexically_normal();
+  check_kind(o.what);
   if (fs::exists(target)) throw Error(out + ": already exists; export writes a new folder", EEXIST);
   const Inode& root = *v.tree().get(Tree::kRoot);
   std::string tmpl = (target.parent_path() / ("." + target.filename().string() + ".zeromount-XXXXXX")).string();
@@ -97,8 +100,8 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
     // it once and hard-link the rest, as a copy of the folder would not.
     std::map<std::tuple<uint32_t, uint64_t, uint64_t>, std::string> whole_files;
     for (auto& f : files) {
-      auto c = v.content(*f.node);
-      const auto& segs = c->segments();
+      const OpenFile file = v.open(*f.node, O_RDONLY);
+      const auto& segs = file.content().segments();
       if (segs.size() != 1 || segs[0].kind != pt::Segment::Stored || segs[0].offset != 0) continue;
       auto [it, fresh] = whole_files.try_emplace({segs[0].file, segs[0].offset, segs[0].length}, f.path);
       if (!fresh) f.link_to = it->second;

@@ -1,8 +1,8 @@
 #include "zeromount/view/view.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,66 +10,19 @@
 
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/index_cache.h"
-#include "zeromount/ds/shard_names.h"
 #include "zeromount/pt/error.h"
-#include "zeromount/view/browse.h"
+#include "zeromount/view/provider.h"
 
 namespace zm::view {
 
 namespace fs = std::filesystem;
-
-std::string param_dir_name(std::string_view name) {
-  if (name == ".") return "%2E";
-  if (name == "..") return "%2E%2E";
-  std::string out;
-  for (char c : name) {
-    if (c == '%')
-      out += "%25";
-    else if (c == '/')
-      out += "%2F";
-    else if (c == '\0')
-      out += "%00";
-    else
-      out.push_back(c);
-  }
-  if (out.empty()) return "%";
-  if (out.size() > 255) {
-    char h[24];
-    snprintf(h, sizeof h, "%%~%016llx", (unsigned long long)XXH3_64bits(name.data(), name.size()));
-    out = out.substr(0, 200) + h;
-  }
-  return out;
-}
-
-namespace {
-
-pt::VirtualFile inline_file(std::string text) {
-  pt::VirtualFile f;
-  f.append_inline(text);
-  return f;
-}
-
-}  // namespace
-
-uint64_t View::add_passthrough(uint64_t parent, const std::string& name, const std::string& path) {
-  const uint32_t id = files_.add(path);
-  const struct stat& st = files_.stat(id);
-  const uint64_t size = uint64_t(st.st_size);
-  return tree_.add_file(
-      parent, name, st.st_mtim,
-      [id, size] {
-        pt::VirtualFile f;
-        f.append_extent({id, 0, size});
-        return f;
-      },
-      size);
-}
 
 void View::mirror(const std::string& real_dir, uint64_t dir) {
   std::vector<fs::directory_entry> entries;
   for (const auto& e : fs::directory_iterator(real_dir)) entries.push_back(e);
   std::sort(entries.begin(), entries.end(),
             [](const auto& a, const auto& b) { return a.path().filename() < b.path().filename(); });
+  ProviderContext cx(tree_, files_, opts_, std::nullopt);
   for (const auto& e : entries) {
     const std::string name = e.path().filename().string();
     std::error_code ec;
@@ -80,63 +33,13 @@ void View::mirror(const std::string& real_dir, uint64_t dir) {
       ::stat(e.path().c_str(), &st);
       mirror(e.path().string(), tree_.add_dir(dir, name, st.st_mtim));
     } else if (e.is_regular_file(ec)) {
-      add_passthrough(dir, name, e.path().string());
+      cx.add_real_file(dir, name, e.path().string());
+      real_bytes_ += uint64_t(e.file_size(ec));
     }
   }
 }
 
-void View::add_universal(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime) {
-  const ds::TagIndex& ix = *tag.index;
-  const uint64_t u = tree_.add_dir(parent, name, mtime);
-  // Both model-state name families, whatever stage saved the checkpoint (spec §6.6).
-  add_passthrough(u, ds::model_states_name(0), ix.model_files.at(0));
-  for (int r = 0; r < ix.dp; ++r)
-    add_passthrough(u, ds::zero_model_states_name(r, 0), ix.model_files.at(ix.stage == 3 ? size_t(r) : 0));
-  const uint64_t zero = tree_.add_dir(u, "zero", mtime);
-  const MountedTag* t = &tag;
-  tree_.add_file(zero, "optimizer_state.pt", mtime, [t] { return optimizer_state_file(*t); });
-  const bool bare = opts_.bare_zero3_tensors && ix.stage == 3;
-  for (const ds::Param& p : ix.params) {
-    const uint64_t d = tree_.add_dir(zero, param_dir_name(p.name), mtime);
-    const ds::Param* pp = &p;
-    for (size_t k = 0; k < ix.state_names.size(); ++k)
-      tree_.add_file(d, ix.state_names[k] + ".pt", mtime,
-                     [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
-    if (p.step >= 0 && ix.steps.at(size_t(p.step)).kind != ds::StepValue::None) {
-      const ds::StepValue* s = &ix.steps[size_t(p.step)];
-      tree_.add_file(d, "step.pt", mtime, [t, s] { return step_file(*t, *s); });
-    }
-  }
-  stats_.params += ix.params.size();
-}
-
-void View::add_params(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime) {
-  const ds::TagIndex& ix = *tag.index;
-  const MountedTag* t = &tag;
-  const uint64_t d = tree_.add_dir(parent, name, mtime);
-  const std::string readme = params_readme(ix.tag);
-  tree_.add_file(
-      d, "README", mtime, [readme] { return inline_file(readme); }, readme.size());
-  tree_.add_file(d, "summary", mtime, [t] { return inline_file(params_summary(*t->index)); });
-  for (const ds::Param& p : ix.params) {
-    const uint64_t pd = tree_.add_dir(d, param_dir_name(p.name), mtime);
-    const ds::Param* pp = &p;
-    // The statistics read the whole parameter, so stat() sizes the text without them.
-    tree_.add_file(
-        pd, "info", mtime, [this, t, pp] { return inline_file(param_info(*t, *pp, &files_)); },
-        [t, pp] { return uint64_t(param_info(*t, *pp, nullptr).size()); });
-    for (size_t k = 0; k < ix.state_names.size(); ++k)
-      tree_.add_file(pd, ix.state_names[k] + ".npy", mtime, [t, pp, k] { return param_npy(*t, *pp, k); });
-  }
-}
-
-void View::add_fp32(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime) {
-  const MountedTag* t = &tag;
-  const uint64_t d = tree_.add_dir(parent, name, mtime);
-  tree_.add_file(d, "model.safetensors", mtime, [t] { return model_safetensors(*t); });
-}
-
-std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& opts) {
+std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   const ds::CheckpointDir dir = ds::scan_checkpoint(source);
   struct stat root_st {};
@@ -152,49 +55,36 @@ std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& o
     bool hit = false;
     auto ix = ds::index_tag_cached(td, &hit);
     v->stats_.cache_hits += hit;
-    auto ts = std::make_unique<MountedTag>();
-    ts->index = ix.get();
+    auto mt = std::make_unique<MountedTag>();
+    mt->index = ix.get();
     for (const auto& s : ix->shards) {
       const uint32_t id = v->files_.add(s.path);
       v->files_.expect(id, s.size, s.mtime_ns, s.inode);
-      ts->file_of_shard.push_back(id);
+      mt->file_of_shard.push_back(id);
     }
     v->stats_.state_bytes += ix->state_bytes();
+    v->stats_.params += ix->params.size();
     v->indexes_.push_back(std::move(ix));
-    v->tags_.push_back(std::move(ts));
+    v->tags_.push_back(std::move(mt));
   }
   const auto t1 = std::chrono::steady_clock::now();
 
   Tree& tree = v->tree_;
   const struct timespec mtime = root_st.st_mtim;
-  std::optional<std::string> latest = dir.latest;
+  // A tag folder mounted on its own becomes a checkpoint folder holding that one tag.
+  const std::string root_tag = dir.root_is_tag ? fs::path(dir.root).filename().string() : "";
+  ProviderContext cx(tree, v->files_, v->opts_, dir.root_is_tag ? std::optional(root_tag) : dir.latest);
   if (dir.root_is_tag) {
-    // A tag folder mounted on its own becomes a checkpoint folder holding that one tag.
-    const std::string tag = fs::path(dir.root).filename().string();
-    v->mirror(dir.root, tree.add_dir(Tree::kRoot, tag, mtime));
-    latest = tag;
-    tree.add_file(
-        Tree::kRoot, "latest", mtime, [tag] { return inline_file(tag); }, tag.size());
+    v->mirror(dir.root, tree.add_dir(Tree::kRoot, root_tag, mtime));
+    cx.add_text(Tree::kRoot, "latest", root_tag, mtime);
   } else {
     v->mirror(dir.root, Tree::kRoot);
   }
-  for (const auto& ts : v->tags_) {
-    using Adder = void (View::*)(uint64_t, const std::string&, const MountedTag&, struct timespec);
-    for (auto [suffix, add] : {std::pair<const char*, Adder>{"_universal", &View::add_universal},
-                               {"_params", &View::add_params},
-                               {"_fp32", &View::add_fp32}}) {
-      const std::string name = ts->index->tag + suffix;
-      if (tree.lookup(Tree::kRoot, name)) {
-        spdlog::warn("{}/{}: a real folder of that name exists; showing it instead of a made-up one", dir.root, name);
-        continue;
-      }
-      (v.get()->*add)(Tree::kRoot, name, *ts, mtime);
-    }
-  }
-  if (latest && !tree.lookup(Tree::kRoot, "latest_universal") && tree.lookup(Tree::kRoot, *latest + "_universal")) {
-    const std::string text = *latest + "_universal";
-    tree.add_file(
-        Tree::kRoot, "latest_universal", mtime, [text] { return inline_file(text); }, text.size());
+  std::vector<const MountedTag*> tags;
+  for (const auto& t : v->tags_) tags.push_back(t.get());
+  for (const auto& p : providers()) {
+    for (const MountedTag* t : tags) p->add_tag(cx, *t);
+    p->add_root(cx, tags);
   }
   v->stats_.tags = v->tags_.size();
   v->stats_.files = tree.files();
@@ -204,13 +94,19 @@ std::unique_ptr<View> View::open(const std::string& source, const ViewOptions& o
   return v;
 }
 
+const Inode& View::inode(uint64_t ino) const {
+  const Inode* n = tree_.get(ino);
+  if (!n) throw Error("no such inode " + std::to_string(ino), ENOENT);
+  return *n;
+}
+
 struct stat View::attr(const Inode& n) const {
   struct stat st {};
   st.st_ino = n.ino;
   st.st_uid = uid_;
   st.st_gid = gid_;
   st.st_mtim = st.st_ctim = st.st_atim = n.mtime;
-  st.st_blksize = 1 << 20;  // coreutils and Python size their reads by it; bigger requests help FUSE
+  st.st_blksize = kRequestBytes;
   if (n.dir) {
     st.st_mode = S_IFDIR | 0555;
     st.st_nlink = 2;
@@ -224,6 +120,33 @@ struct stat View::attr(const Inode& n) const {
   st.st_size = off_t(size);
   st.st_blocks = blkcnt_t((size + 511) / 512);
   return st;
+}
+
+void View::open_dir(const Inode& n) const {
+  if (!n.dir) throw Error(describe(n) + ": not a folder", ENOTDIR);
+}
+
+std::optional<DirEntry> View::dir_entry(const Inode& dir, uint64_t offset) const {
+  if (!dir.dir) throw Error(describe(dir) + ": not a folder", ENOTDIR);
+  if (offset == 0) return DirEntry{".", &dir, 1};
+  if (offset == 1) return DirEntry{"..", tree_.get(dir.parent), 2};
+  if (offset - 2 >= dir.children.size()) return std::nullopt;
+  const Inode* n = tree_.get(dir.children[size_t(offset - 2)]);
+  return DirEntry{n->name, n, offset + 1};
+}
+
+OpenFile View::open(const Inode& n, int flags) const {
+  if (n.dir) throw Error(describe(n) + ": is a folder", EISDIR);
+  if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) throw Error(describe(n) + ": read-only view", kChangeErrno);
+  return OpenFile(n, content(n), files_);
+}
+
+FsStats View::statfs() const {
+  FsStats s;
+  s.blocks = (real_bytes_ + s.block_size - 1) / s.block_size;
+  // No inode can be created, but reporting them all as used makes df say 100%: report none.
+  s.files = s.files_free = 0;
+  return s;
 }
 
 std::shared_ptr<const pt::VirtualFile> View::content(const Inode& n) const {

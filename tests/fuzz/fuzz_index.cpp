@@ -1,5 +1,6 @@
 // libFuzzer: a checkpoint folder made from fuzzed files, indexed, then every universal and
 // browse file built and read. Input: [layout byte] then up to 4 x ([u32 length][file bytes]).
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,15 +50,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at += len;
   }
   try {
-    auto v = zm::view::View::open(dir);
+    auto v = zm::view::View::load(dir);
     std::string buf(1 << 16, '\0');
     for (uint64_t i = 1; i <= v->tree().size(); ++i) {
       const auto& n = *v->tree().get(i);
       if (n.dir) continue;
       try {
         v->attr(n);
-        auto c = v->content(n);
-        for (uint64_t off = 0; off < c->size(); off += buf.size()) v->read(*c, off, buf.data(), buf.size());
+        const auto c = v->open(n, O_RDONLY);
+        for (uint64_t off = 0; off < c.size(); off += buf.size()) c.read(off, buf.data(), buf.size());
       } catch (const zm::Error&) {
       }
     }

@@ -1,5 +1,6 @@
 // The view without mounting: the made-up universal folder matches DeepSpeed's converter output,
 // sizes are exact, partial reads agree with whole reads, and real files pass through unchanged.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include "helpers.h"
 #include "zeromount/ds/field.h"
+#include "zeromount/view/param_names.h"
 #include "zeromount/view/view.h"
 
 namespace zm::test {
@@ -21,9 +23,9 @@ using view::Inode;
 using view::View;
 
 std::string content_of(const View& v, const Inode& n) {
-  auto c = v.content(n);
-  std::string s(c->size(), '\0');
-  EXPECT_EQ(v.read(*c, 0, s.data(), s.size()), s.size());
+  const auto c = v.open(n, O_RDONLY);
+  std::string s(c.size(), '\0');
+  EXPECT_EQ(c.read(0, s.data(), s.size()), s.size());
   return s;
 }
 
@@ -51,7 +53,7 @@ class ViewOf : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(ViewOf, UniversalFolderMatchesDsToUniversal) {
-  auto v = View::open(dir() + "/checkpoint");
+  auto v = View::load(dir() + "/checkpoint");
   const std::string ref = dir() + "/ds_to_universal/global_step3_universal";
   const Inode& zero = at(*v, "/global_step3_universal/zero");
   std::set<std::string> want;
@@ -85,7 +87,7 @@ TEST_P(ViewOf, UniversalFolderMatchesDsToUniversal) {
 }
 
 TEST_P(ViewOf, OptimizerStateServesEveryStage) {
-  auto v = View::open(dir() + "/checkpoint");
+  auto v = View::load(dir() + "/checkpoint");
   const std::string tmp = temp_dir();
   write_file(tmp + "/o.pt", content_of(*v, at(*v, "/global_step3_universal/zero/optimizer_state.pt")));
   auto f = pt::load_pt(tmp + "/o.pt");
@@ -101,7 +103,7 @@ TEST_P(ViewOf, OptimizerStateServesEveryStage) {
 }
 
 TEST_P(ViewOf, ModelStatesUnderBothNames) {
-  auto v = View::open(dir() + "/checkpoint");
+  auto v = View::load(dir() + "/checkpoint");
   const bool z3 = GetParam().rfind("z3", 0) == 0;
   const std::string src = dir() + "/checkpoint/global_step3/" +
                           (z3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt");
@@ -114,7 +116,7 @@ TEST_P(ViewOf, ModelStatesUnderBothNames) {
 }
 
 TEST_P(ViewOf, RealFilesPassThroughUnchanged) {
-  auto v = View::open(dir() + "/checkpoint");
+  auto v = View::load(dir() + "/checkpoint");
   size_t n = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir() + "/checkpoint")) {
     if (!e.is_regular_file()) continue;
@@ -133,18 +135,18 @@ TEST_P(ViewOf, RealFilesPassThroughUnchanged) {
 }
 
 TEST_P(ViewOf, RandomChunksEqualWholeReads) {
-  auto v = View::open(dir() + "/checkpoint");
+  auto v = View::load(dir() + "/checkpoint");
   std::mt19937 rng(7);
   std::vector<const Inode*> files;
   for (uint64_t i = 1; i <= v->tree().size(); ++i)
     if (!v->tree().get(i)->dir) files.push_back(v->tree().get(i));
   for (const Inode* f : files) {
     const std::string whole = content_of(*v, *f);
-    auto c = v->content(*f);
+    const auto c = v->open(*f, O_RDONLY);
     for (int k = 0; k < 20; ++k) {
       const uint64_t off = rng() % (whole.size() + 1), len = 1 + rng() % 3000;
       std::string part(len, '\0');
-      const size_t got = v->read(*c, off, part.data(), len);
+      const size_t got = c.read(off, part.data(), len);
       part.resize(got);
       EXPECT_EQ(part, whole.substr(off, len)) << v->describe(*f) << " @" << off;
     }
@@ -165,7 +167,7 @@ TEST(ViewNames, ParamDirNamesAreEscapedReversibly) {
 }
 
 TEST(ViewTag, TagFolderMountedAloneBecomesACheckpoint) {
-  auto v = View::open(kFixtures + "/z2_ws2_fp32_pg2/checkpoint/global_step3");
+  auto v = View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint/global_step3");
   EXPECT_EQ(content_of(*v, at(*v, "/latest")), "global_step3");
   EXPECT_NO_THROW(at(*v, "/global_step3/mp_rank_00_model_states.pt"));
   EXPECT_NO_THROW(at(*v, "/global_step3_universal/zero/fc1.weight/fp32.pt"));
@@ -183,10 +185,10 @@ namespace {
 TEST(ViewConcurrency, SixteenThreadsReadRandomRanges) {
   view::ViewOptions tiny;
   tiny.cache_bytes = 4096;  // constant eviction: the cache's worst case
-  auto v = view::View::open(kFixtures + "/z3_ws2_fp32_pg2_sg200/checkpoint", tiny);
+  auto v = view::View::load(kFixtures + "/z3_ws2_fp32_pg2_sg200/checkpoint", tiny);
   std::vector<const view::Inode*> files;
   std::vector<std::string> whole;
-  auto ref = view::View::open(kFixtures + "/z3_ws2_fp32_pg2_sg200/checkpoint");
+  auto ref = view::View::load(kFixtures + "/z3_ws2_fp32_pg2_sg200/checkpoint");
   for (uint64_t i = 1; i <= ref->tree().size(); ++i)
     if (!ref->tree().get(i)->dir) {
       files.push_back(v->tree().get(i));
@@ -202,10 +204,10 @@ TEST(ViewConcurrency, SixteenThreadsReadRandomRanges) {
       while (std::chrono::steady_clock::now() < deadline) {
         const size_t k = rng() % files.size();
         const uint64_t size = uint64_t(v->attr(*files[k]).st_size);
-        auto c = v->content(*files[k]);
+        const auto c = v->open(*files[k], O_RDONLY);
         const uint64_t off = rng() % (size + 1), len = 1 + rng() % 5000;
         buf.assign(len, '\0');
-        buf.resize(v->read(*c, off, buf.data(), len));
+        buf.resize(c.read(off, buf.data(), len));
         if (size != whole[k].size() || buf != whole[k].substr(off, len)) ++bad;
         ++reads;
       }

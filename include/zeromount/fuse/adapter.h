@@ -15,7 +15,6 @@ struct MountConfig {
   std::vector<std::string> options;  // extra -o options (allow_other, ...)
   unsigned threads = 0;              // max worker threads; 0: libfuse's default
   bool debug = false;
-  double timeout = 365.0 * 86400;  // entry/attr cache: the view never changes while mounted
 };
 
 // Mounts, calls `mounted` (with an error message, empty on success) once the kernel has the mount,

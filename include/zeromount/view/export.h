@@ -11,7 +11,7 @@
 namespace zm::view {
 
 struct ExportOptions {
-  std::string what = "universal";  // universal, fp32, params or all
+  std::string what = "universal";  // a Provider::kind(), or "all"
   unsigned threads = 2;
   size_t chunk = 4u << 20;                                      // per-thread buffer: memory is threads x chunk
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from the workers

@@ -25,6 +25,9 @@ struct Inode {
   std::string name;
   bool dir = false;
   struct timespec mtime {};
+  // For a top-level made-up entry, the Provider::kind() that made it; nullptr for real entries
+  // and for everything below the top level.
+  const char* made_by = nullptr;
   // Directories
   std::vector<uint64_t> children;  // in listing order
   std::unordered_map<std::string, uint64_t> by_name;
@@ -41,6 +44,7 @@ struct Inode {
         name(std::move(o.name)),
         dir(o.dir),
         mtime(o.mtime),
+        made_by(o.made_by),
         children(std::move(o.children)),
         by_name(std::move(o.by_name)),
         build(std::move(o.build)),
@@ -57,6 +61,7 @@ class Tree {
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build,
                     uint64_t size = Inode::kUnknown);
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer);
+  void mark_made_by(uint64_t ino, const char* kind) { nodes_.at(ino - 1).made_by = kind; }
   // nullptr when absent.
   const Inode* lookup(uint64_t parent, std::string_view name) const;
   const Inode* get(uint64_t ino) const { return ino >= 1 && ino <= nodes_.size() ? &nodes_[ino - 1] : nullptr; }

@@ -7,15 +7,9 @@
 
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/mounted_tag.h"
 
 namespace zm::view {
-
-// A tag's index plus the view-wide source id of each of its shards.
-struct MountedTag {
-  const ds::TagIndex* index = nullptr;
-  std::vector<uint32_t> file_of_shard;
-  pt::Extent map(const pt::Extent& e) const { return {file_of_shard.at(e.file), e.offset, e.length}; }
-};
 
 // zero/<param>/<state>.pt: {'cat_dim': 0, 'param': tensor} (or a bare tensor when `bare`).
 pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t state, bool bare);

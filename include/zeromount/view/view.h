@@ -1,11 +1,14 @@
 #pragma once
 // The whole mounted view of one checkpoint folder: the real tree, read-only and byte-identical,
-// plus a made-up <tag>_universal folder per ZeRO tag. The FUSE adapter is a thin layer over this.
+// plus the made-up folders of every registered Provider. Every filesystem answer (names,
+// attributes, open flags, directory offsets, statfs) is decided here, so it is unit-tested
+// without FUSE; the adapter in src/fuse only translates to libfuse.
 #include <sys/stat.h>
 
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -13,10 +16,15 @@
 
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/view/file_table.h"
+#include "zeromount/view/mounted_tag.h"
+#include "zeromount/view/open_file.h"
 #include "zeromount/view/tree.h"
-#include "zeromount/view/universal.h"
 
 namespace zm::view {
+
+// The largest read or write request the mount asks the kernel for; also each file's st_blksize,
+// which coreutils and Python size their reads by. 1 MiB requests beat 128 KiB ones by ~30% here.
+inline constexpr uint32_t kRequestBytes = 1u << 20;
 
 struct ViewOptions {
   bool bare_zero3_tensors = false;  // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
@@ -29,31 +37,56 @@ struct MountStats {
   double index_seconds = 0;
 };
 
+// One entry of a directory listing. Offsets: 0 is ".", 1 is "..", 2 + k is the k-th child;
+// `next` is the offset to resume from, as readdir(3) expects.
+struct DirEntry {
+  std::string_view name;
+  const Inode* node;
+  uint64_t next;
+};
+
+struct FsStats {
+  uint32_t block_size = 4096;
+  uint64_t blocks = 0;  // the real files' bytes, in blocks: what the mount occupies
+  uint64_t files = 0, files_free = 0;
+  uint32_t name_max = 255;
+};
+
 class View {
  public:
   // Scans and indexes `source`. Throws zm::Error naming the file (and parameter) if any ZeRO tag
   // cannot be indexed; the mount is then refused.
-  static std::unique_ptr<View> open(const std::string& source, const ViewOptions& opts = {});
+  static std::unique_ptr<View> load(const std::string& source, const ViewOptions& opts = {});
 
   const Tree& tree() const { return tree_; }
   const MountStats& stats() const { return stats_; }
+  const FileTable& files() const { return files_; }
+
+  // nullptr when the name does not exist (a negative entry, cacheable like a positive one).
+  const Inode* lookup(uint64_t parent, std::string_view name) const { return tree_.lookup(parent, name); }
+  // Throws ENOENT for an inode the view never handed out.
+  const Inode& inode(uint64_t ino) const;
   // Attributes as the kernel sees them: files 0444, folders 0555, sizes exact.
   struct stat attr(const Inode& n) const;
+  // How long the kernel may keep names and attributes: the view never changes while mounted.
+  double cache_seconds() const { return 365.0 * 86400; }
+  // ENOTDIR unless `n` is a folder.
+  void open_dir(const Inode& n) const;
+  // The entry at `offset` of folder `dir`, or nothing past the end.
+  std::optional<DirEntry> dir_entry(const Inode& dir, uint64_t offset) const;
+  // EISDIR for a folder; EROFS for any write access mode or O_TRUNC; otherwise the file, built.
+  OpenFile open(const Inode& n, int flags) const;
+  FsStats statfs() const;
+  // The errno of every operation that would change the tree (write, create, unlink, setattr, ...).
+  static constexpr int kChangeErrno = EROFS;
+
   // The bytes of a file, built on first use and kept in a bounded cache.
   std::shared_ptr<const pt::VirtualFile> content(const Inode& n) const;
-  size_t read(const pt::VirtualFile& f, uint64_t offset, void* buf, size_t n) const {
-    return f.read(offset, buf, n, files_);
-  }
-  const FileTable& files() const { return files_; }
   std::string describe(const Inode& n) const;  // path inside the mount, for log lines
 
  private:
   View(const ViewOptions& opts, struct timespec mtime) : opts_(opts), tree_(mtime) {}
   void mirror(const std::string& real_dir, uint64_t dir);
-  void add_universal(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime);
-  void add_params(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime);
-  void add_fp32(uint64_t parent, const std::string& name, const MountedTag& tag, struct timespec mtime);
-  uint64_t add_passthrough(uint64_t parent, const std::string& name, const std::string& path);
 
   ViewOptions opts_;
   Tree tree_;
@@ -61,6 +94,7 @@ class View {
   std::vector<std::unique_ptr<ds::TagIndex>> indexes_;
   std::vector<std::unique_ptr<MountedTag>> tags_;
   MountStats stats_;
+  uint64_t real_bytes_ = 0;
   uid_t uid_ = 0;
   gid_t gid_ = 0;
 
@@ -70,9 +104,5 @@ class View {
   mutable std::unordered_map<uint64_t, decltype(lru_)::iterator> cached_;
   mutable size_t cached_bytes_ = 0;
 };
-
-// Folder name for a parameter: '%' and '/' are percent-encoded, "." and ".." become "%2E" and
-// "%2E%2E"; a name over 255 bytes is cut and suffixed with its hash (its info file keeps it whole).
-std::string param_dir_name(std::string_view name);
 
 }  // namespace zm::view

@@ -1,0 +1,18 @@
+#pragma once
+// One indexed tag as the view serves it: its index plus the view-wide file id of each shard.
+#include <cstdint>
+#include <vector>
+
+#include "zeromount/ds/tag_index.h"
+#include "zeromount/pt/value.h"
+
+namespace zm::view {
+
+struct MountedTag {
+  const ds::TagIndex* index = nullptr;
+  std::vector<uint32_t> file_of_shard;  // FileTable id of TagIndex::shards[k]
+  // An extent of the index (shard-relative) as an extent of the view's file table.
+  pt::Extent map(const pt::Extent& e) const { return {file_of_shard.at(e.file), e.offset, e.length}; }
+};
+
+}  // namespace zm::view

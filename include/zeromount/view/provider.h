@@ -1,0 +1,61 @@
+#pragma once
+// A Provider makes one kind of made-up folder (the universal checkpoint, the browsing folder,
+// consolidated weights, ...). Every kind is registered once, in providers.cpp; the View, the
+// FUSE adapter and `export` know only this interface, so adding a kind touches none of them.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zeromount/view/file_table.h"
+#include "zeromount/view/tree.h"
+#include "zeromount/view/universal.h"
+
+namespace zm::view {
+
+struct ViewOptions;
+
+// What a provider may use while the tree is built: the tree, the file table and the options.
+class ProviderContext {
+ public:
+  ProviderContext(Tree& tree, FileTable& files, const ViewOptions& opts, std::optional<std::string> latest)
+      : tree_(tree), files_(files), opts_(opts), latest_(std::move(latest)) {}
+
+  Tree& tree() { return tree_; }
+  FileTable& files() { return files_; }
+  const ViewOptions& options() const { return opts_; }
+  // The tag that SRC's `latest` names, if any.
+  const std::optional<std::string>& latest() const { return latest_; }
+
+  // A top-level made-up folder or file, marked as made by `kind`. Returns 0, with one warning,
+  // when SRC already has an entry of that name: real entries always win.
+  uint64_t add_top_dir(const std::string& name, const char* kind, struct timespec mtime);
+  uint64_t add_top_text(const std::string& name, const char* kind, std::string text, struct timespec mtime);
+  // A file that is one whole real file (e.g. a model-state file under another name).
+  uint64_t add_real_file(uint64_t parent, const std::string& name, const std::string& path);
+  // A file whose whole content is known now.
+  uint64_t add_text(uint64_t parent, const std::string& name, std::string text, struct timespec mtime);
+
+ private:
+  bool taken(const std::string& name);
+  Tree& tree_;
+  FileTable& files_;
+  const ViewOptions& opts_;
+  std::optional<std::string> latest_;
+};
+
+class Provider {
+ public:
+  virtual ~Provider() = default;
+  // The kind's name: what `export --view` selects and what each made-up top-level entry records.
+  virtual const char* kind() const = 0;
+  // Adds this kind's folders for one indexed tag. `tag` outlives the tree.
+  virtual void add_tag(ProviderContext& cx, const MountedTag& tag) const = 0;
+  // Adds top-level entries that depend on every tag (e.g. latest_universal), after all add_tag calls.
+  virtual void add_root(ProviderContext& cx, const std::vector<const MountedTag*>& tags) const {}
+};
+
+// Every kind, in the order their folders are added. The one place where kinds are registered.
+const std::vector<std::unique_ptr<Provider>>& providers();
+
+}  // namespace zm::view

@@ -1,0 +1,49 @@
+// <T>_params/: README, summary, and per parameter its info and one .npy per optimizer state.
+#include "zeromount/view/browse.h"
+#include "zeromount/view/param_names.h"
+#include "zeromount/view/provider.h"
+
+namespace zm::view {
+
+namespace {
+
+pt::VirtualFile text_file(const std::string& text) {
+  pt::VirtualFile f;
+  f.append_inline(text);
+  return f;
+}
+
+class ParamsProvider final : public Provider {
+ public:
+  const char* kind() const override { return "params"; }
+
+  void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
+    const ds::TagIndex& ix = *tag.index;
+    const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
+    const uint64_t d = cx.add_top_dir(ix.tag + "_params", kind(), mtime);
+    if (!d) return;
+    Tree& tree = cx.tree();
+    const MountedTag* t = &tag;
+    const pt::ExtentReader* files = &cx.files();
+    cx.add_text(d, "README", params_readme(ix.tag), mtime);
+    tree.add_file(d, "summary", mtime, [t] { return text_file(params_summary(*t->index)); });
+    for (const ds::Param& p : ix.params) {
+      const uint64_t pd = tree.add_dir(d, param_dir_name(p.name), mtime);
+      const ds::Param* pp = &p;
+      // The statistics read the whole parameter, so stat() sizes the text without them.
+      tree.add_file(
+          pd, "info", mtime, [t, pp, files] { return text_file(param_info(*t, *pp, files)); },
+          [t, pp] { return uint64_t(param_info(*t, *pp, nullptr).size()); });
+      for (size_t k = 0; k < ix.state_names.size(); ++k)
+        tree.add_file(pd, ix.state_names[k] + ".npy", mtime, [t, pp, k] { return param_npy(*t, *pp, k); });
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_params_provider() {
+  return std::make_unique<ParamsProvider>();
+}
+
+}  // namespace zm::view

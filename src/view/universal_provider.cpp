@@ -1,0 +1,61 @@
+// <T>_universal/: the universal checkpoint ds_to_universal.py would write, under both model-state
+// name families (spec §6.6), and latest_universal beside `latest`.
+#include "zeromount/ds/shard_names.h"
+#include "zeromount/view/param_names.h"
+#include "zeromount/view/provider.h"
+#include "zeromount/view/universal.h"
+#include "zeromount/view/view.h"
+
+namespace zm::view {
+
+namespace {
+
+constexpr const char* kSuffix = "_universal";
+
+class UniversalProvider final : public Provider {
+ public:
+  const char* kind() const override { return "universal"; }
+
+  void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
+    const ds::TagIndex& ix = *tag.index;
+    const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
+    const uint64_t u = cx.add_top_dir(ix.tag + kSuffix, kind(), mtime);
+    if (!u) return;
+    Tree& tree = cx.tree();
+    cx.add_real_file(u, ds::model_states_name(0), ix.model_files.at(0));
+    for (int r = 0; r < ix.dp; ++r)
+      cx.add_real_file(u, ds::zero_model_states_name(r, 0), ix.model_files.at(ix.stage == 3 ? size_t(r) : 0));
+    const uint64_t zero = tree.add_dir(u, "zero", mtime);
+    const MountedTag* t = &tag;
+    tree.add_file(zero, "optimizer_state.pt", mtime, [t] { return optimizer_state_file(*t); });
+    const bool bare = cx.options().bare_zero3_tensors && ix.stage == 3;
+    for (const ds::Param& p : ix.params) {
+      const uint64_t d = tree.add_dir(zero, param_dir_name(p.name), mtime);
+      const ds::Param* pp = &p;
+      for (size_t k = 0; k < ix.state_names.size(); ++k)
+        tree.add_file(d, ix.state_names[k] + ".pt", mtime,
+                      [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
+      if (p.step >= 0 && ix.steps.at(size_t(p.step)).kind != ds::StepValue::None) {
+        const ds::StepValue* s = &ix.steps[size_t(p.step)];
+        tree.add_file(d, "step.pt", mtime, [t, s] { return step_file(*t, *s); });
+      }
+    }
+  }
+
+  void add_root(ProviderContext& cx, const std::vector<const MountedTag*>&) const override {
+    const auto& latest = cx.latest();
+    if (!latest) return;
+    const Inode* u = cx.tree().lookup(Tree::kRoot, *latest + kSuffix);
+    if (!u || u->made_by != kind()) return;
+    if (cx.tree().lookup(Tree::kRoot, "latest_universal")) return;  // SRC's own is shown as is
+    cx.add_top_text("latest_universal", kind(), *latest + kSuffix, cx.tree().get(Tree::kRoot)->mtime);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_universal_provider() {
+  return std::make_unique<UniversalProvider>();
+}
+
+}  // namespace zm::view

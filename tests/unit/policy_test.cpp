@@ -1,0 +1,162 @@
+// Filesystem policy, decided by the View and tested without FUSE: open flags, directory offsets,
+// negative lookups, statfs, the per-open-file handle, and which folders are made up.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "helpers.h"
+#include "zeromount/pt/error.h"
+#include "zeromount/view/export.h"
+#include "zeromount/view/provider.h"
+#include "zeromount/view/view.h"
+
+namespace zm::test {
+namespace {
+
+namespace fs = std::filesystem;
+using view::Inode;
+using view::View;
+
+const std::string kCkpt = kFixtures + "/z2_ws2_fp32_pg2/checkpoint";
+
+const Inode& at(const View& v, const std::string& path) {
+  const Inode* n = &v.inode(view::Tree::kRoot);
+  for (const auto& part : fs::path(path).relative_path()) {
+    n = v.lookup(n->ino, part.string());
+    if (!n) throw std::runtime_error("no " + path);
+  }
+  return *n;
+}
+
+int errno_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.errno_value();
+  }
+  return 0;
+}
+
+TEST(Policy, OpenRefusesEveryWayOfWriting) {
+  auto v = View::load(kCkpt);
+  const Inode& real = at(*v, "/global_step3/mp_rank_00_model_states.pt");
+  const Inode& made = at(*v, "/global_step3_universal/zero/fc1.weight/fp32.pt");
+  for (const Inode* n : {&real, &made}) {
+    EXPECT_EQ(errno_of([&] { v->open(*n, O_WRONLY); }), EROFS);
+    EXPECT_EQ(errno_of([&] { v->open(*n, O_RDWR); }), EROFS);
+    EXPECT_EQ(errno_of([&] { v->open(*n, O_RDONLY | O_TRUNC); }), EROFS);
+    EXPECT_EQ(errno_of([&] { v->open(*n, O_RDONLY | O_NOATIME | O_NONBLOCK); }), 0);
+  }
+  EXPECT_EQ(errno_of([&] { v->open(at(*v, "/global_step3"), O_RDONLY); }), EISDIR);
+  EXPECT_EQ(errno_of([&] { v->open_dir(real); }), ENOTDIR);
+  EXPECT_EQ(errno_of([&] { v->open_dir(at(*v, "/global_step3_universal")); }), 0);
+  EXPECT_EQ(View::kChangeErrno, EROFS);
+}
+
+TEST(Policy, AnOpenFileReadsTheRealBytes) {
+  auto v = View::load(kCkpt);
+  const std::string path = kCkpt + "/global_step3/mp_rank_00_model_states.pt";
+  const auto f = v->open(at(*v, "/global_step3/mp_rank_00_model_states.pt"), O_RDONLY);
+  std::string got(f.size() + 100, '\0');
+  got.resize(f.read(0, got.data(), got.size()));
+  EXPECT_EQ(got, read_file(path)) << "short read only at the end, and exact bytes";
+  char c;
+  EXPECT_EQ(f.read(f.size(), &c, 1), 0u);
+  EXPECT_EQ(f.read(f.size() + 5, &c, 1), 0u);
+}
+
+TEST(Policy, DirectoryOffsetsResumeWhereTheyStopped) {
+  auto v = View::load(kCkpt);
+  const Inode& dir = at(*v, "/global_step3_universal/zero");
+  std::vector<std::string> all;
+  for (auto e = v->dir_entry(dir, 0); e; e = v->dir_entry(dir, e->next)) all.emplace_back(e->name);
+  ASSERT_GE(all.size(), 3u);
+  EXPECT_EQ(all[0], ".");
+  EXPECT_EQ(all[1], "..");
+  EXPECT_EQ(v->dir_entry(dir, 0)->node, &dir);
+  EXPECT_EQ(v->dir_entry(dir, 1)->node, &at(*v, "/global_step3_universal"));
+  EXPECT_EQ(all.size(), dir.children.size() + 2);
+  // Resuming at any offset gives the rest of the same listing.
+  for (uint64_t off = 0; off < all.size(); ++off) EXPECT_EQ(v->dir_entry(dir, off)->name, all[off]);
+  EXPECT_FALSE(v->dir_entry(dir, all.size()));
+  EXPECT_FALSE(v->dir_entry(dir, all.size() + 1000));
+  EXPECT_EQ(std::set<std::string>(all.begin() + 2, all.end()).size(), all.size() - 2) << "no name twice";
+  // The root's ".." is the root itself.
+  EXPECT_EQ(v->dir_entry(v->inode(view::Tree::kRoot), 1)->node, &v->inode(view::Tree::kRoot));
+  EXPECT_EQ(errno_of([&] { v->dir_entry(at(*v, "/latest"), 0); }), ENOTDIR);
+}
+
+TEST(Policy, NegativeLookupsAndUnknownInodes) {
+  auto v = View::load(kCkpt);
+  EXPECT_EQ(v->lookup(view::Tree::kRoot, "no_such_tag"), nullptr);
+  EXPECT_EQ(v->lookup(at(*v, "/global_step3").ino, "global_step3_universal"), nullptr)
+      << "real tag folders get no extra names";
+  EXPECT_EQ(v->lookup(at(*v, "/latest").ino, "x"), nullptr) << "a file has no children";
+  EXPECT_EQ(errno_of([&] { v->inode(0); }), ENOENT);
+  EXPECT_EQ(errno_of([&] { v->inode(v->tree().size() + 1); }), ENOENT);
+  EXPECT_GT(v->cache_seconds(), 86400.0) << "names never change while mounted";
+}
+
+TEST(Policy, AttributesAreReadOnlyAndExact) {
+  auto v = View::load(kCkpt);
+  const struct stat d = v->attr(at(*v, "/global_step3_universal"));
+  EXPECT_TRUE(S_ISDIR(d.st_mode));
+  EXPECT_EQ(d.st_mode & 0777, 0555u);
+  const Inode& f = at(*v, "/global_step3_universal/zero/fc1.weight/exp_avg.pt");
+  const struct stat s = v->attr(f);
+  EXPECT_TRUE(S_ISREG(s.st_mode));
+  EXPECT_EQ(s.st_mode & 0777, 0444u);
+  EXPECT_EQ(uint64_t(s.st_size), v->open(f, O_RDONLY).size());
+  EXPECT_EQ(s.st_blksize, blksize_t(view::kRequestBytes));
+}
+
+TEST(Policy, StatfsReportsTheRealBytesAndNoInodeUse) {
+  auto v = View::load(kCkpt);
+  const view::FsStats s = v->statfs();
+  uint64_t real = 0;
+  for (const auto& e : fs::recursive_directory_iterator(kCkpt))
+    if (e.is_regular_file()) real += e.file_size();
+  EXPECT_EQ(s.blocks, (real + s.block_size - 1) / s.block_size);
+  EXPECT_EQ(s.files, 0u) << "df would show 100% of inodes used otherwise";
+  EXPECT_EQ(s.name_max, 255u);
+}
+
+TEST(Policy, MadeUpFoldersAreMarkedByTheirProviderNotByTheirName) {
+  const std::string src = temp_dir() + "/ckpt";
+  fs::copy(kCkpt, src, fs::copy_options::recursive);
+  fs::create_directory(src + "/notes_params");
+  write_file(src + "/notes_params/todo.txt", "a real folder whose name ends like a made-up one\n");
+  fs::create_directory(src + "/global_step3_fp32");  // a real folder wins over the made-up one
+  write_file(src + "/global_step3_fp32/mine.txt", "mine\n");
+  auto v = View::load(src);
+  std::set<std::string> kinds;
+  for (const auto& p : view::providers()) kinds.insert(p->kind());
+  for (uint64_t c : v->inode(view::Tree::kRoot).children) {
+    const Inode& n = v->inode(c);
+    if (n.made_by) EXPECT_TRUE(kinds.count(n.made_by)) << n.name;
+  }
+  EXPECT_EQ(at(*v, "/notes_params").made_by, nullptr);
+  EXPECT_EQ(at(*v, "/global_step3_fp32").made_by, nullptr);
+  EXPECT_NO_THROW(at(*v, "/global_step3_fp32/mine.txt"));
+  EXPECT_STREQ(at(*v, "/global_step3_params").made_by, "params");
+  EXPECT_STREQ(at(*v, "/global_step3_universal").made_by, "universal");
+  EXPECT_STREQ(at(*v, "/latest_universal").made_by, "universal");
+  EXPECT_EQ(at(*v, "/global_step3").made_by, nullptr);
+
+  // export takes what the tree marks, never a name ending.
+  const std::string out = temp_dir() + "/out";
+  view::ExportOptions o;
+  o.what = "all";
+  view::export_view(*v, out, o);
+  EXPECT_TRUE(fs::exists(out + "/global_step3_params/summary"));
+  EXPECT_TRUE(fs::exists(out + "/global_step3_universal/zero/optimizer_state.pt"));
+  EXPECT_FALSE(fs::exists(out + "/notes_params"));
+  EXPECT_FALSE(fs::exists(out + "/global_step3_fp32")) << "a real folder is not exported";
+  o.what = "nonsense";
+  EXPECT_EQ(errno_of([&] { view::export_view(*v, temp_dir() + "/out2", o); }), EINVAL);
+}
+
+}  // namespace
+}  // namespace zm::test
