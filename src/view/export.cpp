@@ -48,7 +48,8 @@ void collect(const View& v, const Inode& n, const std::string& path, std::vector
     return;
   }
   dirs.push_back(path);
-  for (uint64_t c : n.children) collect(v, *v.tree().get(c), path + "/" + v.tree().get(c)->name, files, dirs);
+  for (auto e = v.dir_entry(n, 2); e; e = v.dir_entry(n, e->next))
+    collect(v, *e->node, path + "/" + e->node->name, files, dirs);
 }
 
 void copy_file(const View& v, const Job& job, std::string& buf, std::atomic<uint64_t>& done, const ExportOptions& o,
@@ -89,8 +90,8 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
   try {
     std::vector<Job> files;
     std::vector<std::string> dirs;
-    for (uint64_t c : root.children) {
-      const Inode& top = *v.tree().get(c);
+    for (auto e = v.dir_entry(root, 2); e; e = v.dir_entry(root, e->next)) {
+      const Inode& top = *e->node;
       if (wanted(top, o.what)) collect(v, top, tmp + "/" + top.name, files, dirs);
     }
     if (files.empty())

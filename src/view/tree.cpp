@@ -1,5 +1,7 @@
 #include "zeromount/view/tree.h"
 
+#include <mutex>
+
 #include "zeromount/pt/error.h"
 
 namespace zm::view {
@@ -13,7 +15,7 @@ Tree::Tree(struct timespec root_mtime) {
   nodes_.push_back(std::move(root));
 }
 
-uint64_t Tree::add(uint64_t parent, const std::string& name, Inode&& n) {
+uint64_t Tree::add(uint64_t parent, const std::string& name, Inode&& n, bool listed) {
   Inode* p = parent >= 1 && parent <= nodes_.size() ? &nodes_[parent - 1] : nullptr;
   if (!p || !p->dir) throw Error("view: parent of '" + name + "' is not a folder");
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.size() > 255)
@@ -23,25 +25,26 @@ uint64_t Tree::add(uint64_t parent, const std::string& name, Inode&& n) {
   n.parent = parent;
   n.name = name;
   p->by_name.emplace(name, n.ino);
-  p->children.push_back(n.ino);
+  if (listed) p->children.push_back(n.ino);
   nodes_.push_back(std::move(n));
   return nodes_.size();
 }
 
-uint64_t Tree::add_dir(uint64_t parent, const std::string& name, struct timespec mtime) {
+uint64_t Tree::add_dir(uint64_t parent, const std::string& name, struct timespec mtime, bool listed) {
   Inode n;
   n.dir = true;
   n.mtime = mtime;
-  return add(parent, name, std::move(n));
+  return add(parent, name, std::move(n), listed);
 }
 
-uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, uint64_t size) {
+uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, uint64_t size,
+                        bool listed) {
   Inode n;
   n.mtime = mtime;
   n.build = std::move(build);
   n.size = size;
   ++files_;
-  return add(parent, name, std::move(n));
+  return add(parent, name, std::move(n), listed);
 }
 
 uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer) {
@@ -50,13 +53,38 @@ uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespe
   return ino;
 }
 
+const Inode* Tree::find(const Inode& dir, std::string_view name) const {
+  auto it = dir.by_name.find(std::string(name));
+  return it == dir.by_name.end() ? nullptr : &nodes_[it->second - 1];
+}
+
 const Inode* Tree::lookup(uint64_t parent, std::string_view name) const {
   const Inode* p = get(parent);
   if (!p || !p->dir) return nullptr;
   if (name == ".") return p;
   if (name == "..") return get(p->parent);
-  auto it = p->by_name.find(std::string(name));
-  return it == p->by_name.end() ? nullptr : get(it->second);
+  {
+    std::shared_lock lock(mu_);
+    if (const Inode* n = find(*p, name)) return n;
+    if (!p->lazy) return nullptr;
+  }
+  std::unique_lock lock(mu_);
+  if (const Inode* n = find(*p, name)) return n;  // made by another thread meanwhile
+  // Lazily made entries are appended, never changed: the tree stays logically const.
+  const uint64_t ino = p->lazy->make(const_cast<Tree&>(*this), parent, name);
+  return ino ? &nodes_[ino - 1] : nullptr;
+}
+
+const Inode* Tree::listed_child(const Inode& dir, uint64_t k) const {
+  {
+    std::shared_lock lock(mu_);
+    if (k < dir.children.size()) return &nodes_[dir.children[k] - 1];
+    if (!dir.lazy || k - dir.children.size() >= dir.lazy->listed()) return nullptr;
+  }
+  const std::string name = dir.lazy->listed_name(k - dir.children.size());
+  const Inode* n = lookup(dir.ino, name);
+  if (!n) throw Error("view: listed entry '" + name + "' cannot be made", EIO);
+  return n;
 }
 
 }  // namespace zm::view

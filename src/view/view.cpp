@@ -130,8 +130,8 @@ std::optional<DirEntry> View::dir_entry(const Inode& dir, uint64_t offset) const
   if (!dir.dir) throw Error(describe(dir) + ": not a folder", ENOTDIR);
   if (offset == 0) return DirEntry{".", &dir, 1};
   if (offset == 1) return DirEntry{"..", tree_.get(dir.parent), 2};
-  if (offset - 2 >= dir.children.size()) return std::nullopt;
-  const Inode* n = tree_.get(dir.children[size_t(offset - 2)]);
+  const Inode* n = tree_.listed_child(dir, offset - 2);
+  if (!n) return std::nullopt;
   return DirEntry{n->name, n, offset + 1};
 }
 

@@ -1,11 +1,19 @@
 #pragma once
 // The virtual tree: inode numbers, names, attributes and how each file's bytes are made.
-// Built once at mount and immutable afterwards, so lookups need no locks; only the sizes of
-// lazily built files are filled in on first use.
+//
+// Inode scheme: inode numbers are 1-based positions in one append-only table (1 is the root).
+// Most of the tree is built at mount. A folder may also have a LazyDir, which makes entries the
+// first time they are looked up or listed (layouts/<any valid target>, a target's W rank files):
+// such folders cost nothing until used, and a name, once made, keeps its inode and meaning for
+// the life of the mount. Entries never disappear, so the kernel may cache every answer.
+// Appends take the tree's lock exclusively; every read takes it shared.
 #include <atomic>
 #include <cstdint>
 #include <ctime>
+#include <deque>
 #include <functional>
+#include <memory>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -19,6 +27,22 @@ using Builder = std::function<pt::VirtualFile()>;
 // Computes a file's size without building it, where building would read tensor data.
 using Sizer = std::function<uint64_t()>;
 
+class Tree;
+
+// Entries of one folder made on demand. make() runs under the tree's exclusive lock and adds
+// entries with the Tree::add_* calls; it must not call lookup().
+class LazyDir {
+ public:
+  virtual ~LazyDir() = default;
+  // Makes entry `name` of folder `dir` (and whatever it holds) if the name is valid: its inode,
+  // or 0 for "no such entry".
+  virtual uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const = 0;
+  // Names a listing shows after the folder's eager entries, each valid for make(). Made entries
+  // that are not listed here are found by name only, so one thing has one listed name.
+  virtual uint64_t listed() const { return 0; }
+  virtual std::string listed_name(uint64_t k) const { return {}; }
+};
+
 struct Inode {
   uint64_t ino = 0;
   uint64_t parent = 0;
@@ -29,8 +53,9 @@ struct Inode {
   // and for everything below the top level.
   const char* made_by = nullptr;
   // Directories
-  std::vector<uint64_t> children;  // in listing order
+  std::vector<uint64_t> children;  // eager entries, in listing order
   std::unordered_map<std::string, uint64_t> by_name;
+  std::shared_ptr<const LazyDir> lazy;
   // Files: either a builder, run on first open or stat, or a known size with a builder too.
   Builder build;
   Sizer sizer;
@@ -47,6 +72,7 @@ struct Inode {
         made_by(o.made_by),
         children(std::move(o.children)),
         by_name(std::move(o.by_name)),
+        lazy(std::move(o.lazy)),
         build(std::move(o.build)),
         sizer(std::move(o.sizer)),
         size(o.size.load()) {}
@@ -57,21 +83,35 @@ class Tree {
   static constexpr uint64_t kRoot = 1;  // FUSE_ROOT_ID
   explicit Tree(struct timespec root_mtime);
 
-  uint64_t add_dir(uint64_t parent, const std::string& name, struct timespec mtime);
+  // Appends: while the view is built, or inside LazyDir::make. `listed` false: found by name only.
+  uint64_t add_dir(uint64_t parent, const std::string& name, struct timespec mtime, bool listed = true);
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build,
-                    uint64_t size = Inode::kUnknown);
+                    uint64_t size = Inode::kUnknown, bool listed = true);
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer);
+  void set_lazy(uint64_t dir, std::shared_ptr<const LazyDir> lazy) { nodes_.at(dir - 1).lazy = std::move(lazy); }
   void mark_made_by(uint64_t ino, const char* kind) { nodes_.at(ino - 1).made_by = kind; }
-  // nullptr when absent.
+
+  // nullptr when absent (after asking the folder's LazyDir, if it has one).
   const Inode* lookup(uint64_t parent, std::string_view name) const;
-  const Inode* get(uint64_t ino) const { return ino >= 1 && ino <= nodes_.size() ? &nodes_[ino - 1] : nullptr; }
-  size_t size() const { return nodes_.size(); }
+  // The entry at listing position k (eager entries, then the LazyDir's listed names), or nullptr.
+  const Inode* listed_child(const Inode& dir, uint64_t k) const;
+  const Inode* get(uint64_t ino) const {
+    std::shared_lock lock(mu_);
+    return ino >= 1 && ino <= nodes_.size() ? &nodes_[ino - 1] : nullptr;
+  }
+  size_t size() const {
+    std::shared_lock lock(mu_);
+    return nodes_.size();
+  }
   size_t files() const { return files_; }
 
  private:
-  uint64_t add(uint64_t parent, const std::string& name, Inode&& n);
-  std::vector<Inode> nodes_;
+  uint64_t add(uint64_t parent, const std::string& name, Inode&& n, bool listed);
+  const Inode* find(const Inode& dir, std::string_view name) const;
+  // A deque keeps node addresses stable while lazily made entries are appended.
+  std::deque<Inode> nodes_;
   size_t files_ = 0;
+  mutable std::shared_mutex mu_;
 };
 
 }  // namespace zm::view
