@@ -299,7 +299,7 @@ void ConcatenatedTensor::read(uint64_t offset, void* out, size_t n, const pt::Ex
 }
 
 size_t ConcatenatedTensor::memory_bytes() const {
-  return sizeof(*this) + ranks_memory(ranks_) + cat_.ranks() * 48;
+  return sizeof(*this) + ranks_memory(ranks_) + cat_.memory_bytes();
 }
 
 AveragedTensor::AveragedTensor(std::vector<RankBytes> ranks, pt::DType dtype, const std::string& name)

@@ -48,6 +48,10 @@ class TpCat {
   // Elements of each rank's local tensor, which its extents must hold exactly.
   uint64_t rank_numel(uint32_t rank) const { return outer_ * uint64_t(rank_dim_[rank]) * inner_; }
   size_t ranks() const { return rank_dim_.size(); }
+  size_t memory_bytes() const {
+    return shape_.capacity() * 8 + rank_dim_.capacity() * 8 + pieces_.capacity() * sizeof(Piece) +
+           piece_start_.capacity() * 8;
+  }
 
  private:
   struct Piece {
