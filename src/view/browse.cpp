@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "zeromount/ds/inspect.h"
+#include "zeromount/pt/convert.h"
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
 
@@ -165,9 +167,11 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   line("name", p.name);
   line("shape", shape_text(p.shape));
   line("dtype", std::string(pt::dtype_name(ix.master_dtype)) + " (master weights and optimizer states)");
+  line("module", std::string(pt::dtype_name(ix.module_dtype)) + " (the training precision of the module weights)");
   if (ix.master_dtype != pt::DType::F32)
     line("note", "the source holds " + std::string(pt::dtype_name(ix.master_dtype)) +
-                     " master weights where fp32 is usual; they are served as stored, never converted");
+                     " master weights where fp32 is usual; they are served as stored" +
+                     (ix.master_dtype == pt::DType::BF16 ? " (the .npy files widen them to float32)" : ""));
   line("numel", with_commas(p.numel));
   line("group", group_text(p));
   line("states", [&] {
@@ -182,8 +186,7 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   for (size_t k = 0; k < frags.size(); ++k) {
     const ds::Fragment& f = frags[k];
     line(k ? "" : "ranks", "rank " + std::to_string(f.rank) + ": elements [" + with_commas(f.start) + ", " +
-                               with_commas(f.start + f.numel) + ") in " +
-                               file_name(ix.shards.at(f.extent.file).path));
+                               with_commas(f.start + f.numel) + ") in " + file_name(ix.shards.at(f.extent.file).path));
   }
   if (src) {
     const Stats s = compute_stats(t, p, *src);
@@ -205,8 +208,11 @@ pt::VirtualFile param_npy(const MountedTag& t, const ds::Param& p, size_t state)
     shape += std::to_string(p.shape[k]) + (p.shape.size() == 1 || k + 1 < p.shape.size() ? ", " : "");
   if (p.shape.size() == 1) shape.pop_back();
   shape += ")";
-  std::string header = "{'descr': '" + std::string(pt::numpy_descr(t.index->master_dtype)) +
-                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+  // numpy has no bfloat16 (it would be an opaque '<V2'): bf16 states are served widened to float32,
+  // which is exact.
+  const pt::DType stored = t.index->master_dtype, served = stored == pt::DType::BF16 ? pt::DType::F32 : stored;
+  std::string header =
+      "{'descr': '" + std::string(pt::numpy_descr(served)) + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // Magic (6) + version (2) + length (2) + header, padded with spaces to 64 bytes and ending in \n.
   const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
   header.append(total - 10 - header.size() - 1, ' ');
@@ -218,28 +224,89 @@ pt::VirtualFile param_npy(const MountedTag& t, const ds::Param& p, size_t state)
   pre += char(header.size() >> 8);
   pt::VirtualFile f;
   f.append_inline(pre + header);
-  for (const auto& fr : t.index->fragments(p, state)) f.append_extent(t.map(fr.extent));
+  std::vector<pt::Extent> data;
+  for (const auto& fr : t.index->fragments(p, state)) data.push_back(t.map(fr.extent));
+  if (served == stored) {
+    for (const auto& x : data) f.append_extent(x);
+  } else {
+    f.append_computed(std::make_shared<pt::ConvertedExtents>(std::move(data), stored, served, p.numel,
+                                                             p.name + " " + t.index->state_names[state]));
+  }
   return f;
 }
 
-pt::VirtualFile model_safetensors(const MountedTag& t) {
+namespace {
+
+// One tensor of a safetensors file: its header entry, and how its bytes join the file.
+struct Item {
+  const std::string* name;
+  pt::DType dtype;
+  const std::vector<int64_t>* shape;
+  uint64_t bytes;
+  size_t pieces;
+  std::function<void(pt::VirtualFile&)> append;
+};
+
+// A tensor stored whole or as rank partitions; ZeRO-3 partitions end in padding, cut here.
+Item plain_item(const MountedTag& t, const ds::PlainTensor& p) {
+  const uint64_t bytes = p.numel() * pt::element_size(p.dtype);
+  return {&p.name, p.dtype, &p.shape, bytes, p.data.size(), [&t, &p, bytes](pt::VirtualFile& f) {
+            uint64_t left = bytes;
+            for (pt::Extent x : p.data) {
+              x.length = std::min(x.length, left);
+              left -= x.length;
+              f.append_extent(t.map(x));
+            }
+          }};
+}
+
+std::vector<pt::Extent> master_extents(const MountedTag& t, const ds::Param& p) {
+  std::vector<pt::Extent> out;
+  for (const auto& fr : t.index->fragments(p, 0)) out.push_back(t.map(fr.extent));
+  return out;
+}
+
+// A trainable parameter in `dtype`: the master as stored, the module weight the source saved
+// (ZeRO-1/2, BF16_Optimizer), or the master rounded to nearest even as DeepSpeed makes it (ZeRO-3).
+Item param_item(const MountedTag& t, const ds::Param& p, size_t k, pt::DType dtype) {
   const ds::TagIndex& ix = *t.index;
+  const uint64_t bytes = p.numel * pt::element_size(dtype);
+  if (dtype == ix.master_dtype)
+    return {&p.name, dtype, &p.shape, bytes, ix.fragments(p, 0).size(), [&t, &p](pt::VirtualFile& f) {
+              for (const auto& x : master_extents(t, p)) f.append_extent(x);
+            }};
+  if (k < ix.module_weights.size() && ix.module_weights[k].dtype == dtype) {
+    Item it = plain_item(t, ix.module_weights[k]);
+    it.name = &p.name;
+    return it;
+  }
+  return {&p.name, dtype, &p.shape, bytes, 1, [&t, &p, dtype](pt::VirtualFile& f) {
+            f.append_computed(std::make_shared<pt::ConvertedExtents>(master_extents(t, p), t.index->master_dtype, dtype,
+                                                                     p.numel, p.name + " (fp32 master)"));
+          }};
+}
+
+}  // namespace
+
+pt::VirtualFile model_safetensors(const MountedTag& t, Weights which) {
+  const ds::TagIndex& ix = *t.index;
+  const pt::DType dtype = which == Weights::Master ? ix.master_dtype : ix.module_dtype;
   // Two passes over small records (the header, then the data extents), so that the only large
   // thing built is the VirtualFile itself: one segment per (parameter, rank) piece.
-  struct Item {
-    const std::string* name;
-    pt::DType dtype;
-    const std::vector<int64_t>* shape;
-    uint64_t bytes;
-    const ds::Param* param;
-    const ds::PlainTensor* plain;
-  };
   std::vector<Item> items;
-  const size_t es = pt::element_size(ix.master_dtype);
-  for (const auto& p : ix.params) items.push_back({&p.name, ix.master_dtype, &p.shape, p.numel * es, &p, nullptr});
-  for (const auto* list : {&ix.frozen, &ix.buffers})
-    for (const auto& f : *list)
-      items.push_back({&f.name, f.dtype, &f.shape, f.numel() * pt::element_size(f.dtype), nullptr, &f});
+  for (size_t k = 0; k < ix.params.size(); ++k) items.push_back(param_item(t, ix.params[k], k, dtype));
+  // Frozen parameters keep their stored dtype. ZeRO-1 and BF16_Optimizer store them only in the
+  // module (zero_to_fp32.py drops them); ZeRO-2/3 also in frozen_param_fragments.
+  std::vector<std::string> seen;
+  const auto& frozen = which == Weights::Training && ix.stage != 3 ? ix.module_frozen : ix.frozen;
+  for (const auto& f : frozen) {
+    items.push_back(plain_item(t, f));
+    seen.push_back(f.name);
+  }
+  if (which == Weights::Master)
+    for (const auto& f : ix.module_frozen)
+      if (std::find(seen.begin(), seen.end(), f.name) == seen.end()) items.push_back(plain_item(t, f));
+  for (const auto& b : ix.buffers) items.push_back(plain_item(t, b));
   const size_t own = items.size();
   for (const auto& [alias, canon] : ix.shared)
     for (size_t k = 0; k < own; ++k)
@@ -263,20 +330,16 @@ pt::VirtualFile model_safetensors(const MountedTag& t) {
   for (int k = 0; k < 8; ++k) len[size_t(k)] = char(uint64_t(header.size()) >> (8 * k));
   pt::VirtualFile f;
   size_t pieces = 1;
-  for (const auto& e : items) pieces += e.param ? ix.fragments(*e.param, 0).size() : e.plain->data.size();
+  for (const auto& e : items) pieces += e.pieces;
   f.reserve(pieces);
   f.append_inline(len + header);
   for (const auto& e : items) {
-    uint64_t left = e.bytes;  // frozen ZeRO-3 partitions end in padding: cut to the tensor's size
-    auto add = [&](pt::Extent x) {
-      x.length = std::min(x.length, left);
-      left -= x.length;
-      f.append_extent(t.map(x));
-    };
-    if (e.param)
-      for (const auto& fr : ix.fragments(*e.param, 0)) add(fr.extent);
-    else
-      for (const auto& x : e.plain->data) add(x);
+    const uint64_t before = f.size();
+    e.append(f);
+    if (f.size() - before != e.bytes)
+      throw Error(*e.name + ": " + std::to_string(f.size() - before) + " bytes where its shape needs " +
+                      std::to_string(e.bytes),
+                  EIO);
   }
   return f;
 }

@@ -15,7 +15,7 @@ class Fp32Provider final : public Provider {
     const uint64_t d = cx.add_top_dir(tag.index->tag + "_fp32", kind(), mtime);
     if (!d) return;
     const MountedTag* t = &tag;
-    cx.tree().add_file(d, "model.safetensors", mtime, [t] { return model_safetensors(*t); });
+    cx.tree().add_file(d, "model.safetensors", mtime, [t] { return model_safetensors(*t, Weights::Master); });
   }
 };
 

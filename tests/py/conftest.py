@@ -20,6 +20,9 @@ import dsstub  # noqa: E402,F401  (stand-ins for DeepSpeed's pickled classes)
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(os.path.dirname(HERE), "fixtures")
 FIXTURE_NAMES = ["z1_ws2_fp32_pg2", "z2_ws2_fp32_pg2", "z3_ws2_fp32_pg2", "z3_ws2_fp32_pg2_sg200"]
+# Real 16-bit runs: BF16_Optimizer, bf16 ZeRO-2/3, fp16 ZeRO-2 with a dynamic loss scaler.
+SIXTEEN_BIT = ["z1_ws2_bf16_pg2_fp32acc", "z2_ws2_bf16_pg2", "z3_ws2_bf16_pg2", "z2_ws2_fp16_pg2"]
+DP_FIXTURES = FIXTURE_NAMES + SIXTEEN_BIT
 BUILD = os.environ.get("ZM_BUILD_DIR", os.path.join(os.path.dirname(os.path.dirname(HERE)), "build"))
 ZEROMOUNT = os.environ.get("ZEROMOUNT", os.path.join(BUILD, "zeromount"))
 PT_RESAVE = os.environ.get("PT_RESAVE", os.path.join(BUILD, "tests", "pt_resave"))

@@ -1,5 +1,6 @@
-"""Browsing a mount without Python glue (issue 5): <T>_params/ for people and numpy, and
-<T>_fp32/model.safetensors equal to DeepSpeed's own zero_to_fp32.py output."""
+"""Browsing a mount without Python glue: <T>_params/ for people and numpy, <T>_fp32/model.safetensors
+equal to DeepSpeed's own zero_to_fp32.py output (or, where it refuses, to the live engine's state), and
+<T>_bf16|fp16/model.safetensors equal to the module weights DeepSpeed trained with."""
 import json
 import os
 import re
@@ -9,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURE_NAMES, FIXTURES, mount
+from conftest import DP_FIXTURES, FIXTURES, mount
 
 TAG = "global_step3"
-DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8}
+DTYPES = {"BF16": np.int16, "F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8}
 
 
 def read_safetensors(path):
@@ -36,22 +37,70 @@ def read_safetensors(path):
     return out
 
 
-@pytest.fixture(scope="module", params=FIXTURE_NAMES)
+@pytest.fixture(scope="module", params=DP_FIXTURES)
 def mnt(request):
     with mount(os.path.join(FIXTURES, request.param, "checkpoint")) as m:
         yield request.param, m
 
 
+def live_state(name):
+    return torch.load(os.path.join(FIXTURES, name, "meta", "live_state.pt"), weights_only=False)
+
+
+def as_torch(a, dtype):
+    """A safetensors array as torch sees it (bf16 arrives as its raw 16 bits)."""
+    t = torch.from_numpy(np.array(a))
+    return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+
+
+def assert_same(ours, want, what):
+    t = as_torch(ours, want.dtype)
+    assert t.dtype == want.dtype and tuple(t.shape) == tuple(want.shape), what
+    assert torch.equal(t.view(torch.uint8), want.detach().contiguous().view(torch.uint8)), what
+
+
 def test_model_safetensors_equals_zero_to_fp32(mnt):
     name, m = mnt
     ours = read_safetensors(f"{m}/{TAG}_fp32/model.safetensors")
-    theirs = read_safetensors(os.path.join(FIXTURES, name, "zero_to_fp32", "model.safetensors"))
-    assert set(ours) == set(theirs)
-    for k in theirs:
-        assert ours[k].dtype == theirs[k].dtype and ours[k].shape == theirs[k].shape, k
-        assert ours[k].tobytes() == theirs[k].tobytes(), k
-    bin_ = torch.load(os.path.join(FIXTURES, name, "zero_to_fp32", "pytorch_model.bin"), weights_only=True)
-    assert set(bin_) == set(ours)
+    live = live_state(name)
+    ref = os.path.join(FIXTURES, name, "zero_to_fp32", "model.safetensors")
+    if os.path.exists(ref):
+        theirs = read_safetensors(ref)
+        for k in theirs:
+            assert ours[k].dtype == theirs[k].dtype and ours[k].shape == theirs[k].shape, k
+            assert ours[k].tobytes() == theirs[k].tobytes(), k
+        bin_ = torch.load(os.path.join(FIXTURES, name, "zero_to_fp32", "pytorch_model.bin"), weights_only=True)
+        assert set(bin_) == set(theirs)
+        # zero_to_fp32.py drops ZeRO-1's frozen parameters; the model states hold them whole.
+        assert set(ours) - set(theirs) <= set(live["frozen"])
+    else:  # BF16_Optimizer: zero_to_fp32.py refuses it ("not a zero checkpoint")
+        for k, v in live["fp32"].items():
+            assert_same(ours[k], v, k)
+        for k, v in live["buffers"].items():
+            assert_same(ours[k], v, k)
+    for k, v in live["frozen"].items():
+        assert k in ours, f"frozen {k} is served"
+        assert_same(ours[k], v, k)
+
+
+TRAINING = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def test_training_precision_safetensors_equals_the_module(mnt):
+    name, m = mnt
+    live = live_state(name)
+    lp = next(iter(live["lp"].values())).dtype
+    folders = [d for d in os.listdir(m) if d in (f"{TAG}_bf16", f"{TAG}_fp16")]
+    if lp not in TRAINING:
+        assert folders == [], "fp32 runs get no training-precision folder"
+        return
+    assert folders == [f"{TAG}_{TRAINING[lp]}"]
+    ours = read_safetensors(f"{m}/{TAG}_{TRAINING[lp]}/model.safetensors")
+    for k, v in live["lp"].items():
+        assert_same(ours[k], v, k)  # ZeRO-3: rounded from the fp32 master as DeepSpeed does it
+    for k, v in list(live["frozen"].items()) + list(live["buffers"].items()):
+        assert_same(ours[k], v, k)  # stored dtype: bf16/fp16 frozen parameters, fp32 buffers
+    assert set(ours) == set(live["lp"]) | set(live["frozen"]) | set(live["buffers"])
 
 
 def params_of(m):
@@ -94,6 +143,8 @@ def test_info_is_right(mnt):
         assert info["shape"] == str(shapes[p]["shape"])
         assert info["numel"] == f"{shapes[p]['numel']:,}"
         assert info["group"].split()[0] == str(shapes[p]["group"])
+        lp = next(iter(live_state(name)["lp"].values())).dtype
+        assert info["module"].split()[0] == str(lp).replace("torch.", "")
         a = np.load(f"{m}/{TAG}_params/{p}/fp32.npy").astype(np.float64)
         for key, want in [("min", a.min()), ("max", a.max()), ("mean", a.mean()), ("std", a.std()),
                           ("L2 norm", np.linalg.norm(a))]:

@@ -17,7 +17,12 @@ std::string params_summary(const ds::TagIndex& ix);
 std::string param_info(const MountedTag& t, const ds::Param& p, const pt::ExtentReader* src);
 // numpy .npy (format 1.0, 64-byte aligned header) of one state, for np.load(mmap_mode='r').
 pt::VirtualFile param_npy(const MountedTag& t, const ds::Param& p, size_t state);
-// Every trainable parameter in fp32, frozen ones, shared aliases and buffers, as zero_to_fp32 names them.
-pt::VirtualFile model_safetensors(const MountedTag& t);
+enum class Weights {
+  Master,    // the optimizer's master weights (fp32), as zero_to_fp32.py writes them
+  Training,  // the module's training precision (bf16/fp16): what people publish for inference
+};
+// Every trainable parameter in the chosen precision, frozen ones and buffers in their stored
+// dtype, and shared aliases, under the names zero_to_fp32 gives them.
+pt::VirtualFile model_safetensors(const MountedTag& t, Weights which);
 
 }  // namespace zm::view
