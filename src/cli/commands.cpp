@@ -20,6 +20,7 @@
 #include "zeromount/fuse/adapter.h"
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/text.h"
 #include "zeromount/view/export.h"
 
 namespace zm::cli {
@@ -58,13 +59,13 @@ int export_view(const std::string& source, const std::string& out, const std::st
       const double rate = s > 0 ? double(done) / s : 0;
       const double eta = rate > 0 ? double(total - done) / rate : 0;
       fprintf(stderr, "\r%5.1f%%  %s of %s  %s/s  ETA %.0f s   ", total ? 100.0 * double(done) / double(total) : 100.0,
-              ds::human_bytes(done).c_str(), ds::human_bytes(total).c_str(), ds::human_bytes(uint64_t(rate)).c_str(),
+              pt::human_bytes(done).c_str(), pt::human_bytes(total).c_str(), pt::human_bytes(uint64_t(rate)).c_str(),
               eta);
     };
   const auto r = view::export_view(*view, out, o);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (tty) fprintf(stderr, "\n");
-  std::cout << "exported " << r.files << " files, " << ds::human_bytes(r.bytes) << " to " << out << " in "
+  std::cout << "exported " << r.files << " files, " << pt::human_bytes(r.bytes) << " to " << out << " in "
             << pt::format_double(double(int64_t(s * 1000)) / 1000) << " s\n";
   return 0;
 }
@@ -115,7 +116,7 @@ int mount(const MountOptions& o) {
   const std::string summary = fmt::format(
       "mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed in {:.3f} s ({} "
       "from cache)",
-      o.source, mountpoint, s.tags, s.params, s.files, s.shards, ds::human_bytes(s.state_bytes), s.index_seconds,
+      o.source, mountpoint, s.tags, s.params, s.files, s.shards, pt::human_bytes(s.state_bytes), s.index_seconds,
       s.cache_hits);
 
   auto tune = [&] {

@@ -1,5 +1,7 @@
 #include "zeromount/ds/inspect.h"
 
+#include "zeromount/pt/text.h"
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -9,37 +11,10 @@
 
 namespace zm::ds {
 
-std::string human_bytes(uint64_t n) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = double(n);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0)
-    snprintf(buf, sizeof buf, "%llu B", (unsigned long long)n);
-  else
-    snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
-  return buf;
-}
-
-std::string with_commas(uint64_t n) {
-  const std::string digits = std::to_string(n);
-  std::string s;
-  for (size_t k = 0; k < digits.size(); ++k) {
-    if (k > 0 && (digits.size() - k) % 3 == 0) s += ',';
-    s += digits[k];
-  }
-  return s;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
-  return s + "]";
-}
+using pt::human_bytes;
+using pt::json_escape;
+using pt::shape_text;
+using pt::with_commas;
 
 double step_number(const TagIndex& index, const StepValue& step) {
   switch (step.kind) {

@@ -1,5 +1,7 @@
 #include "zeromount/pt/dump.h"
 
+#include "zeromount/pt/text.h"
+
 #include <charconv>
 #include <cmath>
 #include <vector>
@@ -9,55 +11,7 @@
 
 namespace zm::pt {
 
-std::string json_escape(std::string_view s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        o += "\\\"";
-        break;
-      case '\\':
-        o += "\\\\";
-        break;
-      case '\n':
-        o += "\\n";
-        break;
-      case '\t':
-        o += "\\t";
-        break;
-      case '\r':
-        o += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          snprintf(b, sizeof b, "\\u%04x", c);
-          o += b;
-        } else {
-          o.push_back(char(c));
-        }
-    }
-  }
-  return o + "\"";
-}
-
-std::string format_double(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  std::string s(buf, r.ptr);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
-
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
-  return s + "]";
-}
 
 std::string class_name(const Node* n) {
   const Node* c = n->callee;
@@ -119,8 +73,8 @@ class Json {
         return;
       case Kind::Tensor: {
         const Tensor& t = *n->tensor;
-        o_ += R"({"t":"tensor","dtype":")" + std::string(dtype_name(t.dtype)) + R"(","shape":)" + shape_str(t.shape) +
-              R"(,"stride":)" + shape_str(t.stride) + R"(,"offset":)" + std::to_string(t.storage_offset) +
+        o_ += R"({"t":"tensor","dtype":")" + std::string(dtype_name(t.dtype)) + R"(","shape":)" + shape_text(t.shape) +
+              R"(,"stride":)" + shape_text(t.stride) + R"(,"offset":)" + std::to_string(t.storage_offset) +
               R"(,"crc":)" + (t.contiguous() ? std::to_string(tensor_crc(f_, t)) : "null") + "}";
         return;
       }
@@ -163,8 +117,9 @@ void tree(std::string& o, const Node* n, int depth, const std::string& indent) {
   switch (n->kind) {
     case Kind::Tensor: {
       const Tensor& t = *n->tensor;
-      o += "tensor " + std::string(dtype_name(t.dtype)) + shape_str(t.shape) + "  @" + std::to_string(t.byte_offset()) +
-           " +" + std::to_string(t.nbytes()) + (t.contiguous() ? "" : " (strided)") + "\n";
+      o += "tensor " + std::string(dtype_name(t.dtype)) + shape_text(t.shape) + "  @" +
+           std::to_string(t.byte_offset()) + " +" + std::to_string(t.nbytes()) + (t.contiguous() ? "" : " (strided)") +
+           "\n";
       return;
     }
     case Kind::Dict:

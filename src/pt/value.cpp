@@ -1,6 +1,7 @@
 #include "zeromount/pt/value.h"
 
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/text.h"
 
 namespace zm::pt {
 
@@ -148,7 +149,7 @@ void render(std::string& out, const Node* n, int depth, int max_depth) {
       out += "<bigint>";
       return;
     case Kind::Float:
-      out += std::to_string(n->f);
+      out += format_double(n->f);
       return;
     case Kind::Str:
       out += "'" + n->s.substr(0, 80) + "'";

@@ -10,12 +10,13 @@
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/text.h"
 
 namespace zm::view {
 
-using ds::human_bytes;
-using ds::shape_text;
-using ds::with_commas;
+using pt::human_bytes;
+using pt::shape_text;
+using pt::with_commas;
 
 namespace {
 

@@ -7,9 +7,6 @@
 
 namespace zm::ds {
 
-std::string human_bytes(uint64_t n);                        // "1.2 GiB"
-std::string with_commas(uint64_t n);                        // "1,234,567"
-std::string shape_text(const std::vector<int64_t>& shape);  // "[37, 12]"
 // Reads a 0-d step tensor's value from its shard (or returns the stored int/float).
 double step_number(const TagIndex& index, const StepValue& step);
 

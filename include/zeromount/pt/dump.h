@@ -8,9 +8,6 @@
 
 namespace zm::pt {
 
-std::string json_escape(std::string_view s);
-std::string format_double(double v);  // shortest round-trip form, as Python's repr
-
 // Indented tree with tensor metadata (dtype, shape, byte range), like DeepSpeed's structure dumps.
 std::string dump_tree(const PtFile& f);
 // {"prefix":..., "tree": value}; tensors carry dtype, shape, stride, offset and the CRC-32 of their bytes.

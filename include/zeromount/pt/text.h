@@ -1,0 +1,16 @@
+#pragma once
+// Text for people and for JSON, shared by inspect, dump and the browsing files.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zm::pt {
+
+std::string human_bytes(uint64_t n);                        // "1.2 GiB"
+std::string with_commas(uint64_t n);                        // "1,234,567"
+std::string shape_text(const std::vector<int64_t>& shape);  // "[37, 12]"
+std::string json_escape(std::string_view s);                // a JSON string literal, quotes included
+std::string format_double(double v);                        // shortest round-trip form, as Python's repr
+
+}  // namespace zm::pt
