@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 
+#include "zeromount/pt/convert.h"
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/file.h"
 
@@ -30,30 +31,7 @@ double step_number(const TagIndex& index, const StepValue& step) {
   pt::File f(index.shards.at(step.extent.file).path);
   unsigned char b[8] = {};
   f.read_exact(step.extent.offset, b, step.extent.length, "step");
-  switch (step.dtype) {
-    case pt::DType::F32: {
-      float v;
-      memcpy(&v, b, 4);
-      return v;
-    }
-    case pt::DType::F64: {
-      double v;
-      memcpy(&v, b, 8);
-      return v;
-    }
-    case pt::DType::I64: {
-      int64_t v;
-      memcpy(&v, b, 8);
-      return double(v);
-    }
-    case pt::DType::I32: {
-      int32_t v;
-      memcpy(&v, b, 4);
-      return v;
-    }
-    default:
-      return 0;
-  }
+  return pt::element_value(b, step.dtype);
 }
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "zeromount/pt/error.h"
 
@@ -150,6 +151,42 @@ void ConvertedExtents::read(uint64_t offset, void* out, size_t n, const ExtentRe
     const uint64_t whole = (end - lo) / outs;
     convert_elements(el, whole, o + (lo - offset), files);
     el += whole;
+  }
+}
+
+double element_value(const void* p, DType d) {
+  auto load = [p](auto v) {
+    memcpy(&v, p, sizeof v);
+    return v;
+  };
+  auto f32 = [](uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, 4);
+    return double(f);
+  };
+  switch (d) {
+    case DType::F32:
+      return load(float());
+    case DType::F64:
+      return load(double());
+    case DType::BF16:
+      return f32(f32_from_bf16(load(uint16_t())));
+    case DType::F16:
+      return f32(f32_from_f16(load(uint16_t())));
+    case DType::I64:
+      return double(load(int64_t()));
+    case DType::I32:
+      return load(int32_t());
+    case DType::I16:
+      return load(int16_t());
+    case DType::I8:
+      return load(int8_t());
+    case DType::U8:
+      return load(uint8_t());
+    case DType::Bool:
+      return load(uint8_t()) != 0;
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
   }
 }
 

@@ -35,59 +35,15 @@ std::string file_name(const std::string& path) {
   return path.substr(path.find_last_of('/') + 1);
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0) {
-    if (man == 0)
-      bits = sign;
-    else {  // subnormal
-      float f = std::ldexp(float(man), -24);
-      return sign ? -f : f;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7F800000 | (man << 13);
-  } else {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-double element(const char* p, pt::DType d) {
-  switch (d) {
-    case pt::DType::F32: {
-      float v;
-      memcpy(&v, p, 4);
-      return v;
-    }
-    case pt::DType::F64: {
-      double v;
-      memcpy(&v, p, 8);
-      return v;
-    }
-    case pt::DType::BF16: {
-      uint32_t b = uint32_t(uint16_t(p[0] & 0xFF) | uint16_t(p[1] & 0xFF) << 8) << 16;
-      float v;
-      memcpy(&v, &b, 4);
-      return v;
-    }
-    case pt::DType::F16: {
-      uint16_t h;
-      memcpy(&h, p, 2);
-      return half_to_float(h);
-    }
-    default:
-      return std::numeric_limits<double>::quiet_NaN();
-  }
-}
-
+// Statistics of the finite values, plus counts of what is not finite: an all-NaN parameter must
+// say so, not "min inf, max -inf".
 struct Stats {
   double min = INFINITY, max = -INFINITY, mean = 0, m2 = 0, sumsq = 0;
-  uint64_t n = 0;
-  void add(double x) {  // Welford: a stable variance over billions of elements
-    ++n;
+  uint64_t n = 0, nan = 0, inf = 0;
+  void add(double x) {
+    if (std::isnan(x)) return void(++nan);
+    if (std::isinf(x)) return void(++inf);
+    ++n;  // Welford: a stable variance over billions of elements
     const double d = x - mean;
     mean += d / double(n);
     m2 += d * (x - mean);
@@ -107,7 +63,7 @@ Stats compute_stats(const MountedTag& t, const ds::Param& p, const pt::ExtentRea
       const size_t n = size_t(std::min<uint64_t>(e.length - at, (1u << 20) / es * es));
       buf.resize(n);
       src.pread(e.file, e.offset + at, buf.data(), n);
-      for (size_t k = 0; k < n; k += es) s.add(element(buf.data() + k, t.index->master_dtype));
+      for (size_t k = 0; k < n; k += es) s.add(pt::element_value(buf.data() + k, t.index->master_dtype));
       at += n;
     }
   }
@@ -127,7 +83,8 @@ std::string params_readme(const std::string& tag) {
   return "This folder is made up by zeromount from the shards of " + tag +
          "; nothing here is stored.\n\n"
          "summary              one row per trainable parameter: name, shape, dtype, numel, group, bytes\n"
-         "<param>/info         shape, group, which dp ranks hold which elements, fp32 statistics\n"
+         "<param>/info         shape, dtypes, group, which dp ranks hold which elements, statistics of the\n"
+         "                     finite fp32 values and counts of NaN and inf\n"
          "                     (computed when you read it, then cached)\n"
          "<param>/<state>.npy  one optimizer state as a numpy array: np.load(path, mmap_mode='r')\n\n"
          "Folder names are parameter names; '%' and '/' are written %25 and %2F, \".\" and \"..\" as %2E and\n"
@@ -189,6 +146,9 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
     line(k ? "" : "ranks", "rank " + std::to_string(f.rank) + ": elements [" + with_commas(f.start) + ", " +
                                with_commas(f.start + f.numel) + ") in " + file_name(ix.shards.at(f.extent.file).path));
   }
+  // Fixed widths: the size is known before the values are read.
+  const size_t count_width = with_commas(p.numel).size();
+  auto count = [&](uint64_t c) { return lpad(with_commas(c), count_width); };
   if (src) {
     const Stats s = compute_stats(t, p, *src);
     const double n = s.n ? double(s.n) : NAN;
@@ -196,9 +156,12 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
     line("max", num(s.n ? s.max : NAN));
     line("mean", num(s.n ? s.mean : NAN));
     line("std", num(std::sqrt(s.m2 / n)));
-    line("L2 norm", num(std::sqrt(s.sumsq)));
+    line("L2 norm", num(s.n ? std::sqrt(s.sumsq) : NAN));
+    line("NaN", count(s.nan));
+    line("inf", count(s.inf));
   } else {
     for (const char* k : {"min", "max", "mean", "std", "L2 norm"}) line(k, num(0));
+    for (const char* k : {"NaN", "inf"}) line(k, count(0));
   }
   return o;
 }

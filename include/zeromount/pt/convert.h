@@ -24,6 +24,10 @@ uint16_t f16_from_f32(uint32_t f32_bits);
 uint32_t f32_from_bf16(uint16_t bits);  // exact (the upper half of an fp32)
 uint32_t f32_from_f16(uint16_t bits);   // exact; a signalling NaN comes back quiet, payload kept
 
+// One element of dtype `d` at `p` as a double (floating and integer dtypes; NaN for others), for
+// statistics and for printing scalars such as a stored step.
+double element_value(const void* p, DType d);
+
 bool convertible(DType from, DType to);  // any pair of F32, BF16, F16
 // n elements of dtype `from` at `src` to dtype `to` at `dst` (little-endian, unaligned is fine).
 void convert(DType from, const void* src, DType to, void* dst, size_t n);
