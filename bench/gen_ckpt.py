@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Generate synthetic DeepSpeed-shaped ZeRO checkpoints (stage 1, 2 or 3, fp32).
 
-The files are keyed like real DeepSpeed 0.19.6 output (see ../shared/fixtures and
-../shared/spec/deepspeed-checkpoint-formats.md): same dict keys, insertion order and pickled
+The files are keyed like real DeepSpeed 0.19.6 output (see tests/fixtures and
+docs/spec/deepspeed-checkpoint-formats.md): same dict keys, insertion order and pickled
 types (ZeroStageEnum, LossScaler, fragment_address, torch.Size, OrderedDict with `_metadata`,
 set(), ...). Stage-1/2 module weights are views into one padded flat buffer per param group, the
 stage-1/2 fp32 partition is a prefix view of the padded partition, and stage-3 `fp32_flat_groups`

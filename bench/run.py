@@ -3,8 +3,8 @@
     /usr/bin/python3 bench/run.py [--work /tmp/zm-bench] [--quick]
 
 Needs a built tree (build/zeromount, build/bench/zm_bench), root for FUSE, g++ and libfuse3-dev to
-build ../shared/tools/benchfs.cpp (the minimal FUSE filesystem that sets the ceiling), and
-optionally the DeepSpeed oracle chroot of ../shared/oracle (ORACLE_ROOTFS) for the converter
+build bench/benchfs.cpp (the minimal FUSE filesystem that sets the ceiling), and
+optionally the DeepSpeed oracle chroot of the shared/oracle scripts (ORACLE_ROOTFS) for the converter
 comparison. Prints a Markdown table; asserts nothing."""
 import argparse
 import glob
@@ -126,7 +126,7 @@ def build_benchfs(work):
     exe = os.path.join(work, "benchfs")
     if not os.path.exists(exe):
         flags = sh("pkg-config", "--cflags", "--libs", "fuse3").split()
-        subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(SHARED, "tools", "benchfs.cpp"), *flags, "-o", exe], check=True)
+        subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(ROOT, "bench", "benchfs.cpp"), *flags, "-o", exe], check=True)
     return exe
 
 

@@ -1,8 +1,8 @@
 """Shared fixtures for the tests that mount for real and read with Python torch and numpy.
 
 Every mount is unmounted at the end of its test, even when the test fails, and the session ends
-with a `fusermount3 -u -z` sweep of anything left under the test root (auto_unmount alone is
-not reliable: docs/ARCHITECTURE.md)."""
+with a `fusermount3 -u -z` sweep of anything left under the test root, so that a test that
+failed mid-mount never leaves the next one a busy folder."""
 import contextlib
 import hashlib
 import os

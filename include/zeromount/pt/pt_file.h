@@ -26,7 +26,7 @@ struct PtFile {
 // Opens and decodes `path`. Throws FormatError naming the file on any inconsistency.
 std::unique_ptr<PtFile> load_pt(const std::string& path, const PickleLimits& limits = {});
 
-// Decodes an in-memory .pt image (used by fuzzers and tests): same checks as load_pt.
+// XXH3-64 of a byte range: how the index cache recognises a pickle without decoding it again.
 uint64_t hash_bytes(const void* data, size_t n);
 
 }  // namespace zm::pt
