@@ -2,23 +2,40 @@
 
 #include <time.h>
 
+#include <cstring>
+
 #include "zeromount/pt/error.h"
 
 namespace zm::view {
 
 namespace {
+
 int64_t now_ns() {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
   return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
+
+int64_t ctime_ns(const struct stat& s) {
+  return int64_t(s.st_ctim.tv_sec) * 1000000000 + s.st_ctim.tv_nsec;
+}
+
+// What a rewrite changes. ctime too: an in-place overwrite can restore the mtime, never the ctime.
+bool same_identity(const struct stat& a, const struct stat& b) {
+  return a.st_size == b.st_size && pt::mtime_ns(a) == pt::mtime_ns(b) && ctime_ns(a) == ctime_ns(b) &&
+         a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
 }  // namespace
 
 uint32_t FileTable::add(const std::string& path) {
   auto it = by_path_.find(path);
   if (it != by_path_.end()) return it->second;
   auto e = std::make_unique<Entry>();
-  e->file = pt::File(path);
+  e->path = path;
+  if (::stat(path.c_str(), &e->st) != 0)
+    throw Error(where(path, std::string("cannot stat: ") + strerror(errno)), errno);
+  if (!S_ISREG(e->st.st_mode)) throw FormatError(where(path, "not a regular file"));
   const auto id = uint32_t(files_.size());
   files_.push_back(std::move(e));
   by_path_.emplace(path, id);
@@ -26,30 +43,67 @@ uint32_t FileTable::add(const std::string& path) {
 }
 
 void FileTable::expect(uint32_t file, uint64_t size, int64_t mtime, uint64_t inode) const {
-  const struct stat& s = files_.at(file)->file.stat();
+  const struct stat& s = files_.at(file)->st;
   if (uint64_t(s.st_size) != size || pt::mtime_ns(s) != mtime || uint64_t(s.st_ino) != inode)
     throw Error(where(path(file), "changed while it was being indexed"), ESTALE);
 }
 
-void FileTable::check(const Entry& e) const {
-  const struct stat& was = e.file.stat();
+size_t FileTable::open_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_lru_.size();
+}
+
+std::shared_ptr<const pt::File> FileTable::descriptor(uint32_t id) const {
+  const Entry& e = *files_.at(id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (e.open) {
+      open_lru_.splice(open_lru_.begin(), open_lru_, e.lru);
+      return e.open;
+    }
+  }
+  // Opened outside the lock: an open can block (NFS, a slow disk) and must not stall other reads.
+  auto f = std::make_shared<const pt::File>(e.path);
+  if (!same_identity(f->stat(), e.st))
+    throw Error(where(e.path, "changed since it was mounted; remount to see the new checkpoint"), ESTALE);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (e.open) return e.open;  // another thread opened it meanwhile
+  e.open = f;
+  open_lru_.push_front(id);
+  e.lru = open_lru_.begin();
+  while (open_lru_.size() > kMaxOpen) {  // readers still holding the old descriptor keep it alive
+    files_[open_lru_.back()]->open.reset();
+    open_lru_.pop_back();
+  }
+  return f;
+}
+
+void FileTable::check(const Entry& e, const pt::File& f) const {
   struct stat now;
-  if (fstat(e.file.fd(), &now) != 0 || now.st_size != was.st_size || pt::mtime_ns(now) != pt::mtime_ns(was))
-    throw Error(where(e.file.path(), "changed since it was mounted; remount to see the new checkpoint"), ESTALE);
+  if (fstat(f.fd(), &now) != 0 || !same_identity(now, e.st))
+    throw Error(where(e.path, "changed since it was mounted; remount to see the new checkpoint"), ESTALE);
   // A file replaced by rename keeps our descriptor on the old inode; notice it at most every 100 ms.
   const int64_t t = now_ns();
   if (t - e.path_checked_ns.load(std::memory_order_relaxed) > 100'000'000) {
-    if (::stat(e.file.path().c_str(), &now) != 0 || now.st_ino != was.st_ino || now.st_dev != was.st_dev)
-      throw Error(where(e.file.path(), "was replaced since it was mounted; remount to see the new checkpoint"), ESTALE);
+    if (::stat(e.path.c_str(), &now) != 0 || now.st_ino != e.st.st_ino || now.st_dev != e.st.st_dev)
+      throw Error(where(e.path, "was replaced since it was mounted; remount to see the new checkpoint"), ESTALE);
     e.path_checked_ns.store(t, std::memory_order_relaxed);
   }
 }
 
 void FileTable::pread(uint32_t file, uint64_t offset, void* buf, size_t n) const {
   const Entry& e = *files_.at(file);
-  check(e);
-  e.file.read_exact(offset, buf, n, "source range");
-  check(e);  // a change during the read must not reach the reader as mixed bytes
+  std::shared_ptr<const pt::File> f;
+  try {
+    f = descriptor(file);
+  } catch (const Error& err) {
+    // A deleted file cannot be opened: that is a change since the mount, not a missing file.
+    if (err.errno_value() == ENOENT) throw Error(where(e.path, "was deleted since it was mounted"), ESTALE);
+    throw;
+  }
+  check(e, *f);
+  f->read_exact(offset, buf, n, "source range");
+  check(e, *f);  // a change during the read must not reach the reader as mixed bytes
 }
 
 }  // namespace zm::view

@@ -1,11 +1,16 @@
 #pragma once
-// The real files a view reads from: opened once at mount (read-only), each with the identity it
-// had then. A read that finds a file changed fails with ESTALE instead of serving mixed bytes.
+// The real files a view reads from, each with the identity it had when the view was built.
+// Files are opened on first read and closed when idle (at most kMaxOpen at once), so that a mount
+// of a folder with more files than the descriptor limit works, and a deleted source does not stay
+// allocated behind open descriptors. A read that finds a file changed fails with ESTALE instead of
+// serving mixed bytes.
 #include <sys/stat.h>
 
 #include <atomic>
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,25 +22,34 @@ namespace zm::view {
 
 class FileTable : public pt::ExtentReader {
  public:
-  // Registers a file (once per path) and returns its id.
+  static constexpr size_t kMaxOpen = 256;
+
+  // Registers a file (once per path) and returns its id. Only stats it: nothing is opened.
   uint32_t add(const std::string& path);
-  // Throws ESTALE if the file no longer has the identity it had at add() (size, mtime, inode).
+  // Throws ESTALE if the file no longer has the identity it had at add() (size, mtime, ctime,
+  // inode), and the open error (EACCES, ENOENT, ...) if it cannot be opened.
   void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const override;
-  const std::string& path(uint32_t file) const { return files_.at(file)->file.path(); }
-  const struct stat& stat(uint32_t file) const { return files_.at(file)->file.stat(); }
-  int fd(uint32_t file) const { return files_.at(file)->file.fd(); }
+  const std::string& path(uint32_t file) const { return files_.at(file)->path; }
+  const struct stat& stat(uint32_t file) const { return files_.at(file)->st; }
   size_t size() const { return files_.size(); }
+  size_t open_count() const;
   // Checks a file against an identity recorded earlier (by the indexer).
   void expect(uint32_t file, uint64_t size, int64_t mtime_ns, uint64_t inode) const;
 
  private:
   struct Entry {
-    pt::File file;
+    std::string path;
+    struct stat st {};
+    mutable std::shared_ptr<const pt::File> open;  // guarded by mu_
+    mutable std::list<uint32_t>::iterator lru;     // position in open_lru_ while open
     mutable std::atomic<int64_t> path_checked_ns{0};
   };
-  void check(const Entry& e) const;
+  std::shared_ptr<const pt::File> descriptor(uint32_t id) const;
+  void check(const Entry& e, const pt::File& f) const;
   std::vector<std::unique_ptr<Entry>> files_;
   std::unordered_map<std::string, uint32_t> by_path_;
+  mutable std::mutex mu_;
+  mutable std::list<uint32_t> open_lru_;  // most recently used first
 };
 
 }  // namespace zm::view
