@@ -182,8 +182,7 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   for (size_t k = 0; k < frags.size(); ++k) {
     const ds::Fragment& f = frags[k];
     line(k ? "" : "ranks", "rank " + std::to_string(f.rank) + ": elements [" + with_commas(f.start) + ", " +
-                               with_commas(f.start + f.numel) + ") in " +
-                               file_name(ix.shards.at(f.extent.file).path));
+                               with_commas(f.start + f.numel) + ") in " + file_name(ix.shards.at(f.extent.file).path));
   }
   if (src) {
     const Stats s = compute_stats(t, p, *src);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <set>
 
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/pt/error.h"
@@ -228,8 +229,32 @@ LayoutTag::LayoutTag(const MountedTag& tag, const ds::TargetLayout& target)
 }
 
 const pt::PtFile& LayoutTag::source_model() const {
-  std::call_once(loaded_, [this] { model_ = pt::load_pt(tag_.index->model_files.at(0)); });
+  std::call_once(loaded_, [this] {
+    const ds::TagIndex& ix = *tag_.index;
+    model_ = pt::load_pt(ix.model_files.at(0));
+    frozen_ = ix.frozen;
+    const pt::Node* module = model_->root->get("module");
+    if (!frozen_.empty() || !module || ix.stage == 3) return;
+    std::optional<uint32_t> shard;
+    for (size_t k = 0; k < ix.shards.size(); ++k)
+      if (ix.shards[k].path == ix.model_files[0]) shard = uint32_t(k);
+    std::set<std::string> known;
+    for (const auto& b : ix.buffers) known.insert(b.name);
+    for (const auto& [alias, canonical] : ix.shared) known.insert(alias);
+    for (const auto& [k, v] : module->entries) {
+      if (k->kind != Kind::Str || v->kind != Kind::Tensor || known.count(k->s) || by_name_.count(k->s)) continue;
+      const pt::Tensor& t = *v->tensor;
+      if (!shard || !t.contiguous())
+        throw Error(ix.model_files[0] + ": frozen parameter '" + k->s + "' cannot be served from its file", EIO);
+      frozen_.push_back({k->s, t.dtype, t.shape, {pt::Extent{*shard, t.byte_offset(), t.nbytes()}}});
+    }
+  });
   return *model_;
+}
+
+const std::vector<ds::PlainTensor>& LayoutTag::frozen() const {
+  source_model();
+  return frozen_;
 }
 
 size_t LayoutTag::param_index(const std::string& name) const {
@@ -319,7 +344,7 @@ pt::VirtualFile LayoutTag::model_states(uint32_t rank) const {
   std::unordered_map<std::string, const Node*> frozen_full;  // zero1/2/bf16opt: lp, full shape
   Node* frozen_fragments = ordered_dict(a);
   Node* frozen_shapes = ordered_dict(a);
-  for (const ds::PlainTensor& f : ix.frozen) {
+  for (const ds::PlainTensor& f : frozen()) {
     const uint64_t n = f.numel(), es = pt::element_size(f.dtype);
     set(frozen_shapes, a, f.name.c_str(), torch_size(a, f.shape));
     if (zero3()) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/pt_file.h"
@@ -40,6 +41,9 @@ class LayoutTag {
   // The source's model-state pickle, read once: its non-tensor subtrees are copied into the fakes.
   const pt::PtFile& source_model() const;
   size_t param_index(const std::string& name) const;  // index into TagIndex::params, or npos
+  // Frozen parameters: the index's, or for ZeRO-1/BF16_Optimizer sources (whose files keep no
+  // frozen_param_shapes) the module entries that are neither trainable, buffers nor aliases.
+  const std::vector<ds::PlainTensor>& frozen() const;
 
  private:
   bool zero3() const { return plan_.target.stage == ds::TargetStage::Zero3; }
@@ -49,6 +53,7 @@ class LayoutTag {
   std::unordered_map<std::string, size_t> by_name_;
   mutable std::once_flag loaded_;
   mutable std::unique_ptr<pt::PtFile> model_;
+  mutable std::vector<ds::PlainTensor> frozen_;
 };
 
 }  // namespace zm::view
