@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
-./scripts/build.sh "$@"
+./scripts/build.sh -DZM_WERROR=ON "$@"
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2

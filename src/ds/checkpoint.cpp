@@ -32,6 +32,15 @@ std::string read_small(const fs::path& p) {
   return s.substr(0, 4096);
 }
 
+// One optimizer class stores 'step' one way; groups that differ mean a hand-edited file.
+StepValue::Kind common_step_kind(const TagIndex& index) {
+  if (index.steps.empty()) return StepValue::None;
+  for (const auto& s : index.steps)
+    if (s.kind != index.steps[0].kind)
+      throw FormatError(where(index.dir, "param groups store 'step' as different types"));
+  return index.steps[0].kind;
+}
+
 }  // namespace
 
 CheckpointDir scan_checkpoint(const std::string& path) {
@@ -120,6 +129,7 @@ std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir) {
     throw Error(where(files.optim[0], "unsupported zero_stage " + std::to_string(index->stage)), ENOTSUP);
   }
   index->model_files = files.model;
+  index->step_kind = common_step_kind(*index);
   return index;
 }
 

@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '1'};
+// 002: optimizer class, module dtype, step kind, loss scaler, module weights and frozen params.
+constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '2'};
 
 class Out {
  public:
@@ -147,6 +148,40 @@ std::vector<PlainTensor> plain_in(In& in) {
   return v;
 }
 
+void scaler_out(Out& o, const LossScaler& ls) {
+  o.u64(ls.kind);
+  o.f64(ls.cur_scale);
+  o.u64(ls.dynamic);
+  o.i64(ls.cur_iter);
+  o.i64(ls.last_overflow_iter);
+  o.f64(ls.scale_factor);
+  o.i64(ls.scale_window);
+  o.f64(ls.min_scale);
+  o.i64(ls.delayed_shift);
+  o.i64(ls.cur_hysteresis);
+  o.u64(ls.consecutive_hysteresis);
+  o.u64(ls.raise_error_at_min_scale);
+  o.u64(uint64_t(ls.dtype));
+}
+
+LossScaler scaler_in(In& in) {
+  LossScaler ls;
+  ls.kind = LossScaler::Kind(in.u64() % 3);
+  ls.cur_scale = in.f64();
+  ls.dynamic = in.u64();
+  ls.cur_iter = in.i64();
+  ls.last_overflow_iter = in.i64();
+  ls.scale_factor = in.f64();
+  ls.scale_window = in.i64();
+  ls.min_scale = in.f64();
+  ls.delayed_shift = in.i64();
+  ls.cur_hysteresis = in.i64();
+  ls.consecutive_hysteresis = in.u64();
+  ls.raise_error_at_min_scale = in.u64();
+  ls.dtype = pt::DType(in.u64() % 12);
+  return ls;
+}
+
 // The shard-like names in a tag folder: a new or vanished rank file makes the entry stale.
 std::string listing(const std::string& dir) {
   std::vector<std::string> names;
@@ -193,8 +228,12 @@ std::string serialize_index(const TagIndex& ix) {
   o.i64(ix.stage);
   o.i64(ix.dp);
   o.i64(ix.mp);
+  o.u64(uint64_t(ix.optimizer));
   o.u64(ix.bf16_optimizer);
   o.u64(uint64_t(ix.master_dtype));
+  o.u64(uint64_t(ix.module_dtype));
+  o.u64(ix.step_kind);
+  scaler_out(o, ix.loss_scaler);
   o.str(ix.optim_prefix);
   o.str(ix.ds_version);
   o.u64(ix.state_names.size());
@@ -221,6 +260,8 @@ std::string serialize_index(const TagIndex& ix) {
   }
   o.i64(ix.num_groups);
   plain_out(o, ix.frozen);
+  plain_out(o, ix.module_frozen);
+  plain_out(o, ix.module_weights);
   plain_out(o, ix.buffers);
   o.u64(ix.shared.size());
   for (const auto& [a, c] : ix.shared) {
@@ -262,8 +303,12 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   ix->stage = int(in.i64());
   ix->dp = int(in.i64());
   ix->mp = int(in.i64());
+  ix->optimizer = OptimizerClass(in.u64() % 3);
   ix->bf16_optimizer = in.u64();
   ix->master_dtype = pt::DType(in.u64() % 12);
+  ix->module_dtype = pt::DType(in.u64() % 12);
+  ix->step_kind = StepValue::Kind(in.u64() % 4);
+  ix->loss_scaler = scaler_in(in);
   ix->optim_prefix = in.str();
   ix->ds_version = in.str();
   ix->state_names.resize(in.count(8));
@@ -290,6 +335,8 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   }
   ix->num_groups = int(in.i64());
   ix->frozen = plain_in(in);
+  ix->module_frozen = plain_in(in);
+  ix->module_weights = plain_in(in);
   ix->buffers = plain_in(in);
   ix->shared.resize(in.count(16));
   for (auto& [a, c] : ix->shared) {
@@ -325,6 +372,9 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
       for (const auto& f : fs_) check(f.extent);
   for (const auto& s : ix->steps)
     if (s.kind == StepValue::Tensor) check(s.extent);
+  for (const auto* list : {&ix->frozen, &ix->module_frozen, &ix->module_weights, &ix->buffers})
+    for (const auto& t : *list)
+      for (const auto& e : t.data) check(e);
   for (uint32_t v : ix->optim_shard)
     if (v >= ix->shards.size()) throw FormatError("index cache: bad shard id");
   if (ix->stage == 3 && ix->flat_offsets.size() != size_t(ix->dp) * ix->sub_groups * ix->state_names.size())

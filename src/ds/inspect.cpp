@@ -26,8 +26,12 @@ std::string human_bytes(uint64_t n) {
 }
 
 std::string with_commas(uint64_t n) {
-  std::string s = std::to_string(n);
-  for (int k = int(s.size()) - 3; k > 0; k -= 3) s.insert(size_t(k), ",");
+  const std::string digits = std::to_string(n);
+  std::string s;
+  for (size_t k = 0; k < digits.size(); ++k) {
+    if (k > 0 && (digits.size() - k) % 3 == 0) s += ',';
+    s += digits[k];
+  }
   return s;
 }
 
@@ -100,6 +104,52 @@ std::string stage_text(const TagIndex& ix) {
   return s;
 }
 
+// "DynamicLossScaler (cur_scale 256, ...)": every field, since a resume depends on all of them.
+std::string loss_scaler_text(const LossScaler& ls) {
+  if (ls.kind == LossScaler::None) return "none (BF16_Optimizer saves none)";
+  std::string s = std::string(loss_scaler_class_name(ls.kind)) + " (cur_scale " + pt::format_double(ls.cur_scale);
+  if (ls.kind == LossScaler::Dynamic)
+    s += ", cur_iter " + std::to_string(ls.cur_iter) + ", last_overflow_iter " + std::to_string(ls.last_overflow_iter) +
+         ", scale_factor " + pt::format_double(ls.scale_factor) + ", scale_window " + std::to_string(ls.scale_window) +
+         ", min_scale " + pt::format_double(ls.min_scale) + ", delayed_shift " + std::to_string(ls.delayed_shift) +
+         ", cur_hysteresis " + std::to_string(ls.cur_hysteresis) + ", consecutive_hysteresis " +
+         (ls.consecutive_hysteresis ? "true" : "false") + ", raise_error_at_min_scale " +
+         (ls.raise_error_at_min_scale ? "true" : "false") + ", dtype " + std::string(pt::dtype_name(ls.dtype));
+  return s + ")";
+}
+
+std::string loss_scaler_json(const LossScaler& ls) {
+  if (ls.kind == LossScaler::None) return "null";
+  std::string s = "{\"class\":\"" + std::string(loss_scaler_class_name(ls.kind)) +
+                  "\",\"cur_scale\":" + pt::format_double(ls.cur_scale) +
+                  ",\"dynamic\":" + (ls.dynamic ? "true" : "false");
+  if (ls.kind == LossScaler::Dynamic)
+    s += ",\"cur_iter\":" + std::to_string(ls.cur_iter) +
+         ",\"last_overflow_iter\":" + std::to_string(ls.last_overflow_iter) +
+         ",\"scale_factor\":" + pt::format_double(ls.scale_factor) +
+         ",\"scale_window\":" + std::to_string(ls.scale_window) + ",\"min_scale\":" + pt::format_double(ls.min_scale) +
+         ",\"delayed_shift\":" + std::to_string(ls.delayed_shift) +
+         ",\"cur_hysteresis\":" + std::to_string(ls.cur_hysteresis) +
+         ",\"consecutive_hysteresis\":" + (ls.consecutive_hysteresis ? "true" : "false") +
+         ",\"raise_error_at_min_scale\":" + (ls.raise_error_at_min_scale ? "true" : "false") + ",\"dtype\":\"" +
+         std::string(pt::dtype_name(ls.dtype)) + "\"";
+  return s + "}";
+}
+
+const char* step_kind_name(StepValue::Kind k) {
+  switch (k) {
+    case StepValue::Tensor:
+      return "tensor";
+    case StepValue::Int:
+      return "int";
+    case StepValue::Float:
+      return "float";
+    case StepValue::None:
+      break;
+  }
+  return "none";
+}
+
 std::string pad(std::string s, size_t w) {
   return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
 }
@@ -117,7 +167,11 @@ std::string inspect_text(const TagIndex& ix) {
   line("tag", ix.tag);
   line("stage", stage_text(ix));
   line("dp ranks", std::to_string(ix.dp));
+  line("optimizer",
+       std::string(optimizer_class_name(ix.optimizer)) + " (step stored as " + step_kind_name(ix.step_kind) + ")");
+  line("training", std::string(pt::dtype_name(ix.module_dtype)) + " module weights");
   line("dtype", std::string(pt::dtype_name(ix.master_dtype)) + " master weights; optimizer states: " + states);
+  line("loss scale", loss_scaler_text(ix.loss_scaler));
   line("groups", std::to_string(ix.num_groups) + " param groups");
   if (!ix.steps.empty()) line("step", pt::format_double(step_number(ix, ix.steps[0])));
   line("params", with_commas(ix.params.size()) + " trainable (" + with_commas(numel) + " elements, " +
@@ -138,6 +192,9 @@ std::string inspect_text(const TagIndex& ix) {
          pad(std::to_string(p.group) + (p.sub_group >= 0 ? "/" + std::to_string(p.sub_group) : ""), 7) +
          ranks_text(ix, p) + "\n";
   for (const auto& f : ix.frozen) o += pad(f.name, wn + 2) + pad(shape_text(f.shape), ws + 2) + "(frozen)\n";
+  if (ix.frozen.empty())  // stage 1 and BF16_Optimizer keep frozen parameters only in 'module'
+    for (const auto& f : ix.module_frozen)
+      o += pad(f.name, wn + 2) + pad(shape_text(f.shape), ws + 2) + "(frozen, module only)\n";
   return o;
 }
 
@@ -147,7 +204,11 @@ std::string inspect_json(const TagIndex& ix) {
       "{\"format\":1,\"tag\":" + json_escape(ix.tag) + ",\"dir\":" + json_escape(ix.dir) +
       ",\"stage\":" + std::to_string(ix.stage) + ",\"bf16_optimizer\":" + (ix.bf16_optimizer ? "true" : "false") +
       ",\"dp\":" + std::to_string(ix.dp) + ",\"dtype\":\"" + std::string(pt::dtype_name(ix.master_dtype)) +
-      "\",\"ds_version\":" + json_escape(ix.ds_version) + ",\"param_groups\":" + std::to_string(ix.num_groups) +
+      "\",\"optimizer\":\"" + std::string(optimizer_class_name(ix.optimizer)) + "\",\"training_dtype\":\"" +
+      std::string(pt::dtype_name(ix.module_dtype)) + "\",\"master_dtype\":\"" +
+      std::string(pt::dtype_name(ix.master_dtype)) + "\",\"step_type\":\"" + step_kind_name(ix.step_kind) +
+      "\",\"loss_scaler\":" + loss_scaler_json(ix.loss_scaler) + ",\"ds_version\":" + json_escape(ix.ds_version) +
+      ",\"param_groups\":" + std::to_string(ix.num_groups) +
       ",\"sub_groups\":" + std::to_string(ix.stage == 3 ? ix.steps.size() : 0) + ",\"states\":[";
   for (size_t k = 0; k < ix.state_names.size(); ++k) o += (k ? "," : "") + json_escape(ix.state_names[k]);
   o += "],\"step\":" + (ix.steps.empty() ? std::string("null") : pt::format_double(step_number(ix, ix.steps[0])));
@@ -167,6 +228,11 @@ std::string inspect_json(const TagIndex& ix) {
   for (size_t k = 0; k < ix.frozen.size(); ++k)
     o += std::string(k ? "," : "") + "{\"name\":" + json_escape(ix.frozen[k].name) +
          ",\"shape\":" + shape_text(ix.frozen[k].shape) + "}";
+  o += "],\"module_frozen\":[";
+  for (size_t k = 0; k < ix.module_frozen.size(); ++k)
+    o += std::string(k ? "," : "") + "{\"name\":" + json_escape(ix.module_frozen[k].name) +
+         ",\"shape\":" + shape_text(ix.module_frozen[k].shape) + ",\"dtype\":\"" +
+         std::string(pt::dtype_name(ix.module_frozen[k].dtype)) + "\"}";
   o += "],\"buffers\":[";
   for (size_t k = 0; k < ix.buffers.size(); ++k)
     o += std::string(k ? "," : "") + "{\"name\":" + json_escape(ix.buffers[k].name) +

@@ -51,8 +51,11 @@ void read_model_common(TagIndex& index, const OpenShard& model) {
   }
 }
 
-StepValue read_step(const Field& step, uint32_t shard) {
+StepValue read_group_step(const Field& state, uint32_t shard) {
   StepValue s;
+  const auto found = state.find("step");
+  if (!found) return s;
+  const Field& step = *found;
   if (step.is(pt::Kind::Tensor)) {
     const pt::Tensor& t = step.as_tensor();
     if (t.numel() != 1) step.fail("step tensor has " + std::to_string(t.numel()) + " elements");
@@ -76,6 +79,48 @@ std::vector<std::string> state_keys(const Field& state) {
   for (const auto& [k, v] : state.items())
     if (k != "step") keys.push_back(k);
   return keys;
+}
+
+}  // namespace zm::ds
+
+namespace zm::ds {
+
+namespace {
+
+bool is_listed(const TagIndex& index, const std::string& name) {
+  if (index.find(name)) return true;
+  for (const auto& b : index.buffers)
+    if (b.name == name) return true;
+  for (const auto& [alias, canon] : index.shared)
+    if (alias == name) return true;
+  return false;
+}
+
+PlainTensor whole_tensor(const Field& t, uint32_t shard, const std::string& name, const std::string& what) {
+  const pt::Tensor& tensor = t.as_tensor();
+  PlainTensor w{name, tensor.dtype, tensor.shape, {}};
+  w.data.push_back(ShardSet::slice(t, shard, 0, tensor.numel(), what + " " + name));
+  return w;
+}
+
+}  // namespace
+
+void read_module(TagIndex& index, const OpenShard& model, bool full_weights) {
+  index.module_dtype = index.master_dtype;
+  const auto module = model.root().find("module");
+  if (!module || module->is_none()) return;  // nothing says otherwise: training ran in master precision
+  const Field first = (*module)[index.params.at(0).name];
+  index.module_dtype = first.as_tensor().dtype;
+  for (const auto& p : index.params) {
+    const Field t = (*module)[p.name];
+    require_dtype(t, index.module_dtype, "the module weights of " + index.params[0].name);
+    if (!full_weights) continue;  // stage 3 saves [0]-shaped placeholders
+    if (t.as_tensor().shape != p.shape) t.fail("module weight shape differs from param_shapes");
+    index.module_weights.push_back(whole_tensor(t, model.id, p.name, "module weight"));
+  }
+  if (!full_weights) return;
+  for (const auto& [name, t] : module->items())
+    if (!is_listed(index, name)) index.module_frozen.push_back(whole_tensor(t, model.id, name, "frozen parameter"));
 }
 
 }  // namespace zm::ds

@@ -94,6 +94,19 @@ def run_in_threads(target, n):
     return errors
 
 
+# Under CI=true a skipped test fails the run, unless it is listed here with the reason CI skips it.
+EXPECTED_SKIPS = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.skipped and os.environ.get("CI") == "true" and item.nodeid not in EXPECTED_SKIPS:
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped under CI=true but not listed in conftest.EXPECTED_SKIPS: {rep.longrepr}"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def source_never_written():
     """The fixtures are hashed before and after the whole session: nothing may change them."""

@@ -4,6 +4,8 @@ real files stay byte-identical and unwritable."""
 import errno
 import hashlib
 import os
+import struct
+import zipfile
 import random
 
 import numpy as np
@@ -161,9 +163,18 @@ def test_eight_concurrent_readers_agree(mnt):
 
 
 def test_numpy_reads_the_tensor_bytes(mnt):
-    _, m = mnt
-    t = torch.load(f"{m}/{TAG}_universal/zero/fc1.weight/fp32.pt", weights_only=True)["param"]
-    assert np.array_equal(t.numpy(), np.asarray(t))
+    """numpy, reading the mounted .pt's tensor record in place, sees DeepSpeed's converter output."""
+    name, m = mnt
+    path = f"{m}/{TAG}_universal/zero/fc1.weight/fp32.pt"
+    with zipfile.ZipFile(path) as z:
+        rec = next(i for i in z.infolist() if i.filename.endswith("/data/0"))
+    with open(path, "rb") as f:  # the data follow the local header: 30 bytes, the name, the extra field
+        f.seek(rec.header_offset + 26)
+        name_len, extra_len = struct.unpack("<HH", f.read(4))
+    data = np.fromfile(path, dtype=np.float32, count=rec.file_size // 4,
+                       offset=rec.header_offset + 30 + name_len + extra_len)
+    ref = tensor_of(torch.load(f"{ref_dir(name)}/zero/fc1.weight/fp32.pt", weights_only=True))
+    assert np.array_equal(data, ref.detach().flatten().numpy())
 
 
 @pytest.mark.parametrize("action", ["write", "create", "unlink", "rename", "mkdir", "chmod", "truncate", "setxattr"])

@@ -19,7 +19,23 @@ def fresh_mountpoint(name):
     return m
 
 
-def test_helper_drops_mount8_options():
+def test_helper_drops_mount8_options(tmp_path):
+    """mount(8)-only options (rw above all: the view is read-only) never reach the daemon."""
+    record = tmp_path / "args"
+    fake = tmp_path / "fake-zeromount"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\n')
+    fake.chmod(0o755)
+    opts = "rw,nofail,noauto,_netdev,x-systemd.automount,default_permissions,allow_other,comment=x"
+    r = subprocess.run([HELPER, SRC, "/mnt/x", "-o", opts], env=dict(os.environ, ZEROMOUNT=str(fake)),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert record.read_text().split("\n")[:-1] == [SRC, "/mnt/x", "-o", "default_permissions,allow_other"]
+    r = subprocess.run([HELPER, SRC, "/mnt/x", "-o", "ro,nofail"], env=dict(os.environ, ZEROMOUNT=str(fake)),
+                       capture_output=True, text=True, timeout=60)
+    assert record.read_text().split("\n")[:-1] == [SRC, "/mnt/x"]
+
+
+def test_helper_mounts_for_real():
     m = fresh_mountpoint("helper")
     env = dict(os.environ, ZEROMOUNT=ZEROMOUNT)
     r = subprocess.run([HELPER, SRC, m, "-o", "rw,nofail,noauto,_netdev,x-systemd.automount,default_permissions"],
@@ -37,8 +53,10 @@ def test_helper_drops_mount8_options():
 def test_deb_mount_t_and_fstab(tmp_path):
     build = os.path.dirname(ZEROMOUNT)
     subprocess.run(["cpack", "-G", "DEB"], cwd=build, check=True, capture_output=True)
-    deb = [f for f in os.listdir(build) if f.startswith("zeromount_") and f.endswith(".deb")][0]
-    subprocess.run(["dpkg", "-i", os.path.join(build, deb)], check=True, capture_output=True)
+    version = subprocess.run([ZEROMOUNT, "--version"], capture_output=True, text=True, check=True).stdout.split()[-1]
+    debs = [f for f in os.listdir(build) if f.startswith(f"zeromount_{version}_") and f.endswith(".deb")]
+    assert len(debs) == 1, f"one package for version {version}: {debs}"
+    subprocess.run(["dpkg", "-i", os.path.join(build, debs[0])], check=True, capture_output=True)
     try:
         assert shutil.which("zeromount") == "/usr/bin/zeromount"
         m = fresh_mountpoint("mount-t")
@@ -56,4 +74,6 @@ def test_deb_mount_t_and_fstab(tmp_path):
         finally:
             unmount(m2)
     finally:
-        subprocess.run(["dpkg", "-r", "zeromount"], capture_output=True)
+        r = subprocess.run(["dpkg", "-r", "zeromount"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists("/usr/bin/zeromount") and not os.path.exists("/sbin/mount.fuse.zeromount")

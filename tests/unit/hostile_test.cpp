@@ -1,13 +1,19 @@
 // Bad input gets a zm::Error naming the file, never a crash (run these under ZM_SANITIZE too).
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <filesystem>
+#include <functional>
 #include <random>
+#include <set>
 
 #include "helpers.h"
+#include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pickle_reader.h"
 #include "zeromount/pt/pt_file.h"
+#include "zeromount/pt/pt_writer.h"
 
 namespace zm::test {
 namespace {
@@ -134,6 +140,152 @@ TEST(Hostile, MarksAndStackAreBounded) {
   tight.max_stack = 1000;
   auto none = [](const std::string&, uint64_t) -> uint64_t { return 0; };
   EXPECT_THROW(pt::decode_pickle("\x80\x02"s + std::string(2000, 'N'), a, "stack.pkl", none, tight), FormatError);
+}
+
+// --- Checkpoints whose pickles were edited: the index refuses them, naming file and key path. ---
+
+namespace fs = std::filesystem;
+using pt::Node;
+
+Node* mut(const Node* n) {
+  return const_cast<Node*>(n);
+}
+Node* at(const Node* dict, const char* key) {
+  const Node* v = dict->get(key);
+  if (!v) throw std::runtime_error(std::string("test: no key ") + key);
+  return mut(v);
+}
+
+// Rewrites `path` with its pickle changed by `edit`; the tensor bytes are those of the original.
+void rewrite_pt(const std::string& path, const std::function<void(pt::Arena&, Node&)>& edit) {
+  auto f = pt::load_pt(path);
+  std::vector<const Node*> todo{f->root};
+  std::set<const Node*> seen;
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    if (n->kind == pt::Kind::Tensor) n->tensor->data = {{0, n->tensor->byte_offset(), n->tensor->nbytes()}};
+    for (const Node* c : n->items) todo.push_back(c);
+    for (const auto& [k, v] : n->entries) todo.push_back(v);
+    todo.insert(todo.end(), {n->state, n->args, n->callee});
+  }
+  edit(f->arena, *mut(f->root));
+  pt::PtOptions opts;
+  opts.prefix = f->prefix;
+  const std::string bytes = read_all(pt::build_pt(f->root, opts), PathSource({path}));
+  write_file(path, bytes);
+}
+
+std::string edited_tag_error(const std::string& fixture, const std::string& file,
+                             const std::function<void(pt::Arena&, Node&)>& edit) {
+  const std::string dst = temp_dir() + "/global_step3";
+  fs::copy(kFixtures + "/" + fixture + "/checkpoint/global_step3", dst);
+  rewrite_pt(dst + "/" + file, edit);
+  try {
+    ds::index_tag(dst);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+const char* kFp16Optim = "zero_pp_rank_0_mp_rank_00_optim_states.pt";
+
+Node& loss_scaler_state(Node& root) {
+  return *mut(at(at(&root, "optimizer_state_dict"), "loss_scaler")->state);
+}
+
+TEST(HostileCheckpoint, RewrittenFixtureStillIndexes) {  // the rewriting itself changes nothing
+  EXPECT_EQ(edited_tag_error("z2_ws2_fp16_pg2", kFp16Optim, [](pt::Arena&, Node&) {}), "");
+}
+
+TEST(HostileCheckpoint, UnexpectedLossScalerFieldIsRefused) {
+  const std::string err = edited_tag_error("z2_ws2_fp16_pg2", kFp16Optim, [](pt::Arena& a, Node& root) {
+    loss_scaler_state(root).entries.emplace_back(a.make_str("surprise"), a.make_int(1));
+  });
+  EXPECT_NE(err.find(kFp16Optim), std::string::npos) << err;
+  EXPECT_NE(err.find("'optimizer_state_dict.loss_scaler.surprise'"), std::string::npos) << err;
+}
+
+TEST(HostileCheckpoint, MissingLossScalerFieldIsRefused) {
+  const std::string err = edited_tag_error("z2_ws2_fp16_pg2", kFp16Optim, [](pt::Arena&, Node& root) {
+    auto& e = loss_scaler_state(root).entries;
+    e.erase(std::remove_if(e.begin(), e.end(), [](const auto& kv) { return kv.first->s == "cur_hysteresis"; }),
+            e.end());
+  });
+  EXPECT_NE(err.find(kFp16Optim), std::string::npos) << err;
+  EXPECT_NE(err.find("'optimizer_state_dict.loss_scaler.cur_hysteresis'"), std::string::npos) << err;
+}
+
+TEST(HostileCheckpoint, UnknownLossScalerClassOrFieldTypeIsRefused) {
+  std::string err = edited_tag_error("z2_ws2_fp16_pg2", kFp16Optim, [](pt::Arena& a, Node& root) {
+    mut(at(&root, "optimizer_state_dict"))->entries[0].second = a.copy(a.make_global("torch", "float16"));
+  });
+  EXPECT_NE(err.find("'optimizer_state_dict.loss_scaler'"), std::string::npos) << err;
+  err = edited_tag_error("z2_ws2_fp16_pg2", kFp16Optim, [](pt::Arena& a, Node& root) {
+    for (auto& [k, v] : loss_scaler_state(root).entries)
+      if (k->s == "dtype") v = a.make_str("float16");
+  });
+  EXPECT_NE(err.find("'optimizer_state_dict.loss_scaler.dtype'"), std::string::npos) << err;
+}
+
+// exp_avg of group 0 on rank 1 saved as bf16 (same bytes, twice the elements) beside fp32 masters.
+TEST(HostileCheckpoint, MixedStateDtypesAreRefused) {
+  const char* file = "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  const std::string err = edited_tag_error("z2_ws2_bf16_pg2", file, [](pt::Arena&, Node& root) {
+    const Node* state = at(at(at(&root, "optimizer_state_dict"), "base_optimizer_state"), "state");
+    pt::Tensor& t = *mut(state->get(int64_t(0)))->get("exp_avg")->tensor;
+    t.dtype = pt::DType::BF16;
+    t.shape = {t.shape[0] * 2};
+  });
+  EXPECT_NE(err.find(file), std::string::npos) << err;
+  EXPECT_NE(err.find("'optimizer_state_dict.base_optimizer_state.state[0].exp_avg'"), std::string::npos) << err;
+  EXPECT_NE(err.find("mixed dtypes"), std::string::npos) << err;
+}
+
+// One module weight saved as fp16 among bf16 ones: there is no single training precision.
+TEST(HostileCheckpoint, MixedModuleDtypesAreRefused) {
+  const char* file = "mp_rank_00_model_states.pt";
+  for (const char* fixture : {"z2_ws2_bf16_pg2", "z1_ws2_bf16_pg2_fp32acc"}) {
+    const std::string err = edited_tag_error(fixture, file, [](pt::Arena&, Node& root) {
+      at(&root, "module")->get("fc1.bias")->tensor->dtype = pt::DType::F16;
+    });
+    EXPECT_NE(err.find(file), std::string::npos) << err;
+    EXPECT_NE(err.find("'module.fc1.bias'"), std::string::npos) << err;
+    EXPECT_NE(err.find("mixed dtypes"), std::string::npos) << err;
+  }
+}
+
+// A bf16 storage record one byte longer than its pickle says (an odd byte count): the zip's
+// central directory is patched, since no writer makes such a file.
+TEST(HostileCheckpoint, OddBf16ByteCountIsRefused) {
+  const std::string dst = temp_dir() + "/global_step3";
+  fs::copy(kFixtures + "/z2_ws2_bf16_pg2/checkpoint/global_step3", dst);
+  const std::string file = dst + "/mp_rank_00_model_states.pt";
+  std::string bytes = read_file(file);
+  size_t patched = 0;
+  for (size_t at = bytes.find("PK\x01\x02"); at != std::string::npos && !patched;
+       at = bytes.find("PK\x01\x02", at + 4)) {
+    uint32_t csize, usize;
+    memcpy(&csize, bytes.data() + at + 20, 4);
+    memcpy(&usize, bytes.data() + at + 24, 4);
+    if (csize != 60 || usize != 60) continue;  // a bf16[30] record
+    const uint32_t odd = 61;
+    memcpy(bytes.data() + at + 20, &odd, 4);
+    memcpy(bytes.data() + at + 24, &odd, 4);
+    ++patched;
+  }
+  ASSERT_EQ(patched, 1u);
+  write_file(file, bytes);
+  std::string err;
+  try {
+    ds::index_tag(dst);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("mp_rank_00_model_states.pt"), std::string::npos) << err;
+  EXPECT_NE(err.find("61 bytes"), std::string::npos) << err;
 }
 
 }  // namespace

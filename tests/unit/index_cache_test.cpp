@@ -25,6 +25,30 @@ std::string fragments_text(const ds::TagIndex& ix) {
   return s;
 }
 
+std::string plain_text(const std::vector<ds::PlainTensor>& v) {
+  std::string s;
+  for (const auto& t : v) {
+    s += t.name + ":" + std::string(pt::dtype_name(t.dtype)) + ":";
+    for (const auto& e : t.data)
+      s += std::to_string(e.file) + "@" + std::to_string(e.offset) + "+" + std::to_string(e.length) + ";";
+  }
+  return s;
+}
+
+// Every field of the scaler, so that a field the cache forgets shows up.
+std::string scaler_text(const ds::LossScaler& l) {
+  char b[256];
+  snprintf(b, sizeof b, "%d %g %d %lld %lld %g %lld %g %lld %lld %d %d %d", int(l.kind), l.cur_scale, l.dynamic,
+           (long long)l.cur_iter, (long long)l.last_overflow_iter, l.scale_factor, (long long)l.scale_window,
+           l.min_scale, (long long)l.delayed_shift, (long long)l.cur_hysteresis, l.consecutive_hysteresis,
+           l.raise_error_at_min_scale, int(l.dtype));
+  return b;
+}
+
+const std::vector<std::string> kAllFixtures = {"z1_ws2_fp32_pg2",       "z2_ws2_fp32_pg2",         "z3_ws2_fp32_pg2",
+                                               "z3_ws2_fp32_pg2_sg200", "z1_ws2_bf16_pg2_fp32acc", "z2_ws2_bf16_pg2",
+                                               "z3_ws2_bf16_pg2",       "z2_ws2_fp16_pg2"};
+
 class IndexCache : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -36,7 +60,8 @@ class IndexCache : public ::testing::Test {
 };
 
 TEST_F(IndexCache, HitEqualsFreshIndex) {
-  for (const auto& name : kFixtureNames) {
+  for (const auto& name : kAllFixtures) {
+    SCOPED_TRACE(name);
     const std::string tag = kFixtures + "/" + name + "/checkpoint/global_step3";
     bool hit = true;
     auto fresh = ds::index_tag_cached(tag, &hit);
@@ -47,7 +72,14 @@ TEST_F(IndexCache, HitEqualsFreshIndex) {
     EXPECT_EQ(cached->params.size(), fresh->params.size());
     EXPECT_EQ(pt::repr(cached->optim_meta, 4), pt::repr(fresh->optim_meta, 4));
     EXPECT_EQ(pt::repr(cached->param_groups, 4), pt::repr(fresh->param_groups, 4));
-    EXPECT_EQ(cached->frozen.size(), fresh->frozen.size());
+    EXPECT_EQ(plain_text(cached->frozen), plain_text(fresh->frozen));
+    EXPECT_EQ(plain_text(cached->module_frozen), plain_text(fresh->module_frozen));
+    EXPECT_EQ(plain_text(cached->module_weights), plain_text(fresh->module_weights));
+    EXPECT_EQ(plain_text(cached->buffers), plain_text(fresh->buffers));
+    EXPECT_EQ(cached->optimizer, fresh->optimizer);
+    EXPECT_EQ(cached->module_dtype, fresh->module_dtype);
+    EXPECT_EQ(cached->step_kind, fresh->step_kind);
+    EXPECT_EQ(scaler_text(cached->loss_scaler), scaler_text(fresh->loss_scaler));
     EXPECT_EQ(ds::serialize_index(*cached), ds::serialize_index(*fresh));
   }
 }
@@ -84,7 +116,11 @@ TEST_F(IndexCache, CorruptEntriesAreIgnored) {
   auto ix = ds::index_tag_cached(tag, &hit);
   EXPECT_FALSE(hit);
   EXPECT_EQ(ix->params.size(), 9u);
-  EXPECT_THROW(ds::deserialize_index("ZMIDX001garbage!"), FormatError);
+  EXPECT_THROW(ds::deserialize_index("ZMIDX002garbage!"), FormatError);
+  // An entry of the previous format (no precision fields) is not read as this one.
+  std::string old = ds::serialize_index(*ix);
+  old[7] = '1';
+  EXPECT_THROW(ds::deserialize_index(old), FormatError);
 }
 
 }  // namespace

@@ -34,6 +34,10 @@ std::string universal_bytes(const std::string& path) {
   return tensor_bytes(*f, *t->tensor);
 }
 
+// DeepSpeed 0.19.6 runs in 16-bit precision (the fp32 ones are kFixtureNames).
+const std::vector<std::string> k16BitFixtures = {"z1_ws2_bf16_pg2_fp32acc", "z2_ws2_bf16_pg2", "z3_ws2_bf16_pg2",
+                                                 "z2_ws2_fp16_pg2"};
+
 class Fixture : public ::testing::TestWithParam<std::string> {
  protected:
   std::string dir() const { return kFixtures + "/" + GetParam(); }
@@ -55,23 +59,83 @@ TEST_P(Fixture, StatesEqualDsToUniversal) {
   }
 }
 
+// A dict of tensors in a reference file: zero_to_fp32's state dict, or a section of live_state.pt.
+struct Reference {
+  std::unique_ptr<pt::PtFile> file;
+  const pt::Node* dict = nullptr;
+  std::string bytes(const std::string& name) const {
+    const pt::Node* t = dict->get(name);
+    return t ? tensor_bytes(*file, *t->tensor) : "(missing)";
+  }
+  std::set<std::string> names() const {
+    std::set<std::string> s;
+    for (const auto& [k, v] : dict->entries) s.insert(k->s);
+    return s;
+  }
+};
+
+Reference live_state(const std::string& dir, const char* section) {
+  Reference r{pt::load_pt(dir + "/meta/live_state.pt")};
+  r.dict = r.file->root->get(section);
+  return r;
+}
+
+uint64_t nbytes(const ds::PlainTensor& t) {
+  return t.numel() * pt::element_size(t.dtype);
+}
+
+// Trainable (fp32 master) + frozen + buffers are zero_to_fp32's output. BF16_Optimizer files
+// make zero_to_fp32 fail (FAILED.txt), so there the live engine's state is the reference.
 TEST_P(Fixture, WeightsEqualZeroToFp32) {
   auto ix = ds::index_tag(dir() + "/checkpoint/global_step3");
-  auto ref = pt::load_pt(dir() + "/zero_to_fp32/pytorch_model.bin");
-  std::set<std::string> expected, ours;
-  for (const auto& [k, v] : ref->root->entries) expected.insert(k->s);
+  if (ix->optimizer == ds::OptimizerClass::BF16_Optimizer) {
+    ASSERT_FALSE(fs::exists(dir() + "/zero_to_fp32/pytorch_model.bin"));
+    const Reference fp32 = live_state(dir(), "fp32"), buffers = live_state(dir(), "buffers");
+    for (const auto& p : ix->params)
+      EXPECT_EQ(assemble(*ix, extents_of(ix->fragments(p, 0)), p.numel * 4), fp32.bytes(p.name)) << p.name;
+    EXPECT_TRUE(ix->frozen.empty());  // zero_to_fp32's meaning: BF16_Optimizer saves none outside 'module'
+    for (const auto& b : ix->buffers) EXPECT_EQ(assemble(*ix, b.data, nbytes(b)), buffers.bytes(b.name)) << b.name;
+    EXPECT_EQ(ix->params.size(), fp32.names().size());
+    return;
+  }
+  Reference ref{pt::load_pt(dir() + "/zero_to_fp32/pytorch_model.bin")};
+  ref.dict = ref.file->root;
+  std::set<std::string> ours;
   auto check = [&](const std::string& name, const std::string& bytes) {
-    SCOPED_TRACE(name);
     ours.insert(name);
-    const pt::Node* t = ref->root->get(name);
-    ASSERT_NE(t, nullptr);
-    EXPECT_EQ(bytes, tensor_bytes(*ref, *t->tensor));
+    EXPECT_EQ(bytes, ref.bytes(name)) << name;
   };
   for (const auto& p : ix->params) check(p.name, assemble(*ix, extents_of(ix->fragments(p, 0)), p.numel * 4));
-  for (const auto& f : ix->frozen) check(f.name, assemble(*ix, f.data, f.numel() * 4));
-  for (const auto& b : ix->buffers) check(b.name, assemble(*ix, b.data, b.numel() * 4));
+  for (const auto& f : ix->frozen) check(f.name, assemble(*ix, f.data, nbytes(f)));
+  for (const auto& b : ix->buffers) check(b.name, assemble(*ix, b.data, nbytes(b)));
   for (const auto& [alias, canon] : ix->shared) ours.insert(alias);
-  EXPECT_EQ(ours, expected);
+  EXPECT_EQ(ours, ref.names());
+}
+
+// The training-precision module: every trainable weight and frozen parameter as the live engine
+// held it (stage 1/2 and BF16_Optimizer keep full copies; stage 3 only placeholders).
+TEST_P(Fixture, ModuleEqualsLiveState) {
+  auto ix = ds::index_tag(dir() + "/checkpoint/global_step3");
+  const Reference lp = live_state(dir(), "lp"), frozen = live_state(dir(), "frozen");
+  EXPECT_EQ(ix->module_dtype, lp.dict->entries.at(0).second->tensor->dtype);
+  if (ix->stage == 3) {
+    EXPECT_TRUE(ix->module_weights.empty());
+    EXPECT_TRUE(ix->module_frozen.empty());
+    for (const auto& f : ix->frozen) EXPECT_EQ(assemble(*ix, f.data, nbytes(f)), frozen.bytes(f.name)) << f.name;
+    return;
+  }
+  ASSERT_EQ(ix->module_weights.size(), ix->params.size());
+  for (const auto& w : ix->module_weights) {
+    EXPECT_EQ(w.dtype, ix->module_dtype);
+    EXPECT_EQ(assemble(*ix, w.data, nbytes(w)), lp.bytes(w.name)) << w.name;
+  }
+  std::set<std::string> names;
+  for (const auto& f : ix->module_frozen) {
+    names.insert(f.name);
+    EXPECT_EQ(f.dtype, ix->module_dtype);
+    EXPECT_EQ(assemble(*ix, f.data, nbytes(f)), frozen.bytes(f.name)) << f.name;
+  }
+  EXPECT_EQ(names, frozen.names());
 }
 
 TEST_P(Fixture, StepAndGroups) {
@@ -79,13 +143,67 @@ TEST_P(Fixture, StepAndGroups) {
   EXPECT_EQ(ix->num_groups, 2);
   ASSERT_FALSE(ix->steps.empty());
   EXPECT_EQ(ix->steps[0].kind, ds::StepValue::Tensor);
+  EXPECT_EQ(ix->step_kind, ds::StepValue::Tensor);  // torch AdamW: a 0-d float32 tensor
   ASSERT_NE(ix->param_groups, nullptr);
   EXPECT_EQ(ix->param_groups->items.size(), 2u);
   ASSERT_NE(ix->optim_meta, nullptr);
-  EXPECT_NE(ix->optim_meta->get("loss_scaler"), nullptr);
+  // BF16_Optimizer.state_dict has no loss-scale keys (spec §3.2.2).
+  EXPECT_EQ(ix->optim_meta->get("loss_scaler") != nullptr, ix->optimizer != ds::OptimizerClass::BF16_Optimizer);
 }
 
 INSTANTIATE_TEST_SUITE_P(Real, Fixture, ::testing::ValuesIn(kFixtureNames));
+INSTANTIATE_TEST_SUITE_P(SixteenBit, Fixture, ::testing::ValuesIn(k16BitFixtures));
+
+// What each real run's train.json and pickles say (optimizer_wrapper, module_dtype, loss_scale).
+TEST(Precision, RealRunsAreRecognised) {
+  struct Case {
+    const char* name;
+    ds::OptimizerClass optimizer;
+    pt::DType module;
+    ds::LossScaler::Kind scaler;
+  };
+  using O = ds::OptimizerClass;
+  const Case cases[] = {
+      {"z1_ws2_fp32_pg2", O::DeepSpeedZeroOptimizer, pt::DType::F32, ds::LossScaler::Static},
+      {"z3_ws2_fp32_pg2", O::DeepSpeedZeroOptimizer_Stage3, pt::DType::F32, ds::LossScaler::Static},
+      {"z1_ws2_bf16_pg2_fp32acc", O::BF16_Optimizer, pt::DType::BF16, ds::LossScaler::None},
+      {"z2_ws2_bf16_pg2", O::DeepSpeedZeroOptimizer, pt::DType::BF16, ds::LossScaler::Static},
+      {"z3_ws2_bf16_pg2", O::DeepSpeedZeroOptimizer_Stage3, pt::DType::BF16, ds::LossScaler::Static},
+      {"z2_ws2_fp16_pg2", O::DeepSpeedZeroOptimizer, pt::DType::F16, ds::LossScaler::Dynamic},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto ix = ds::index_tag(kFixtures + "/" + c.name + "/checkpoint/global_step3");
+    EXPECT_EQ(ix->optimizer, c.optimizer);
+    EXPECT_EQ(ix->bf16_optimizer, c.optimizer == O::BF16_Optimizer);
+    EXPECT_EQ(ix->master_dtype, pt::DType::F32);
+    EXPECT_EQ(ix->module_dtype, c.module);
+    EXPECT_EQ(ix->loss_scaler.kind, c.scaler);
+    if (c.scaler == ds::LossScaler::Static) {
+      EXPECT_EQ(ix->loss_scaler.cur_scale, 1.0);
+      EXPECT_FALSE(ix->loss_scaler.dynamic);
+    }
+  }
+}
+
+// z2_ws2_fp16_pg2's DynamicLossScaler after 3 steps without overflow (meta/structure_checkpoint.txt).
+TEST(Precision, DynamicLossScalerFields) {
+  auto ix = ds::index_tag(kFixtures + "/z2_ws2_fp16_pg2/checkpoint/global_step3");
+  const ds::LossScaler& ls = ix->loss_scaler;
+  EXPECT_EQ(ls.kind, ds::LossScaler::Dynamic);
+  EXPECT_EQ(ls.cur_scale, 256);
+  EXPECT_TRUE(ls.dynamic);
+  EXPECT_EQ(ls.cur_iter, 3);
+  EXPECT_EQ(ls.last_overflow_iter, -1);
+  EXPECT_EQ(ls.scale_factor, 2.0);
+  EXPECT_EQ(ls.scale_window, 1000);
+  EXPECT_EQ(ls.min_scale, 1);
+  EXPECT_EQ(ls.delayed_shift, 2);
+  EXPECT_EQ(ls.cur_hysteresis, 2);
+  EXPECT_FALSE(ls.consecutive_hysteresis);
+  EXPECT_TRUE(ls.raise_error_at_min_scale);
+  EXPECT_EQ(ls.dtype, pt::DType::F16);
+}
 
 // A copy of a fixture's tag folder in a temp dir, to break.
 std::string copy_tag(const std::string& name) {

@@ -135,7 +135,9 @@ TEST(Policy, MadeUpFoldersAreMarkedByTheirProviderNotByTheirName) {
   for (const auto& p : view::providers()) kinds.insert(p->kind());
   for (uint64_t c : v->inode(view::Tree::kRoot).children) {
     const Inode& n = v->inode(c);
-    if (n.made_by) EXPECT_TRUE(kinds.count(n.made_by)) << n.name;
+    if (n.made_by) {
+      EXPECT_TRUE(kinds.count(n.made_by)) << n.name;
+    }
   }
   EXPECT_EQ(at(*v, "/notes_params").made_by, nullptr);
   EXPECT_EQ(at(*v, "/global_step3_fp32").made_by, nullptr);

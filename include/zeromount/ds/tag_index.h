@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "zeromount/ds/precision.h"
 #include "zeromount/pt/value.h"
 
 namespace zm::ds {
@@ -39,7 +40,10 @@ struct StepValue {
 };
 
 // ZeRO-3 splits n elements into W partitions of ceil(n/W) each (spec §4.2); the last ones pad.
-inline uint64_t zero3_partition(uint64_t n, uint64_t W) { return (n + W - 1) / W; }
+// The one definition of that padding arithmetic: the index, its fragments and the cache use it.
+inline uint64_t zero3_partition(uint64_t n, uint64_t W) {
+  return (n + W - 1) / W;
+}
 // Rank r of partitions of `part` elements holds this many real ones.
 inline uint64_t valid_on_rank(uint64_t n, uint64_t part, uint64_t rank) {
   const uint64_t begin = part * rank;
@@ -78,15 +82,25 @@ struct TagIndex {
   int stage = 0;
   int dp = 0;  // data-parallel (ZeRO partition) size W
   int mp = 1;
-  bool bf16_optimizer = false;  // BF16_Optimizer files (no zero_stage key)
-  pt::DType master_dtype = pt::DType::F32;
-  std::string optim_prefix;  // "", "bf16_" or "fp16_"
+  OptimizerClass optimizer = OptimizerClass::DeepSpeedZeroOptimizer;
+  bool bf16_optimizer = false;                  // optimizer == BF16_Optimizer (kept for the view)
+  pt::DType master_dtype = pt::DType::F32;      // fp32 partitions and optimizer states
+  pt::DType module_dtype = pt::DType::F32;      // training precision: the model-state module weights
+  StepValue::Kind step_kind = StepValue::None;  // how the optimizer stores 'step', the same in every group
+  LossScaler loss_scaler;                       // from rank 0's optimizer file
+  std::string optim_prefix;                     // "", "bf16_" or "fp16_"
   std::string ds_version;
   std::vector<std::string> state_names;  // "fp32" first, then the optimizer's own keys
   std::vector<Param> params;
   std::vector<StepValue> steps;  // per group (stage 1/2) or per sub-group (stage 3)
   int num_groups = 0;
-  std::vector<PlainTensor> frozen;  // frozen params as zero_to_fp32 emits them
+  std::vector<PlainTensor> frozen;  // frozen params as zero_to_fp32 emits them (stage 1 and BF16: none)
+  // Stage 1/2 and BF16_Optimizer: every frozen param as the model-state 'module' holds it, in
+  // its stored dtype (module_dtype), for views of the training-precision module. Stage 3: empty.
+  std::vector<PlainTensor> module_frozen;
+  // Stage 1/2 and BF16_Optimizer: module_weights[k] is params[k]'s weight in the model-state
+  // file's 'module', in training precision (module_dtype). Empty for stage 3 (placeholders only).
+  std::vector<PlainTensor> module_weights;
   std::vector<PlainTensor> buffers;
   std::vector<std::pair<std::string, std::string>> shared;  // alias -> canonical
   std::vector<Shard> shards;
