@@ -3,14 +3,11 @@
 #include "layout_files.h"
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <functional>
-#include <set>
 
 #include "zeromount/ds/shard_names.h"
+#include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_writer.h"
 
@@ -20,88 +17,6 @@ using pt::Kind;
 using pt::Node;
 
 namespace {
-
-// --- precision changes, bit-exact with torch's CPU copy_ (spec §4.1) -------------------------
-
-uint16_t bf16_from_f32(uint32_t f) {
-  if ((f & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // c10 round_to_nearest_even's NaN
-  return uint16_t((f + 0x7FFFu + ((f >> 16) & 1u)) >> 16);
-}
-
-// c10 fp16_ieee_from_fp32_value: IEEE round to nearest even, overflow to inf.
-uint16_t f16_from_f32(uint32_t w) {
-  float base = (std::fabs(std::bit_cast<float>(w)) * 0x1.0p+112f) * 0x1.0p-110f;
-  const uint32_t shl1_w = w + w, sign = w & 0x80000000u;
-  uint32_t bias = shl1_w & 0xFF000000u;
-  if (bias < 0x71000000u) bias = 0x71000000u;
-  base = std::bit_cast<float>((bias >> 1) + 0x07800000u) + base;
-  const uint32_t bits = std::bit_cast<uint32_t>(base);
-  const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
-  return uint16_t((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
-}
-
-// c10 fp16_ieee_to_fp32_value: exact.
-uint32_t f32_from_f16(uint16_t h) {
-  const uint32_t w = uint32_t(h) << 16, sign = w & 0x80000000u, two_w = w + w;
-  const float normalized = std::bit_cast<float>((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
-  const float denormalized = std::bit_cast<float>((two_w >> 17) | (126u << 23)) - 0.5f;
-  return sign | std::bit_cast<uint32_t>(two_w < (1u << 27) ? denormalized : normalized);
-}
-
-uint32_t to_f32(pt::DType d, const char* p) {
-  uint32_t v = 0;
-  uint16_t h = 0;
-  switch (d) {
-    case pt::DType::F32:
-      std::memcpy(&v, p, 4);
-      return v;
-    case pt::DType::BF16:
-      std::memcpy(&h, p, 2);
-      return uint32_t(h) << 16;
-    default:
-      std::memcpy(&h, p, 2);
-      return f32_from_f16(h);
-  }
-}
-
-void from_f32(pt::DType d, uint32_t v, char* p) {
-  if (d == pt::DType::F32) return std::memcpy(p, &v, 4), void();
-  const uint16_t h = d == pt::DType::BF16 ? bf16_from_f32(v) : f16_from_f32(v);
-  std::memcpy(p, &h, 2);
-}
-
-// Elements stored in dtype `from` (the concatenation of `source`), served in dtype `to`: a
-// 16-bit module weight made from its fp32 master only when it is read.
-class Recast final : public pt::Computed {
- public:
-  Recast(std::vector<pt::Extent> source, pt::DType from, pt::DType to, uint64_t numel)
-      : source_(std::move(source)), from_(from), to_(to), numel_(numel) {}
-  uint64_t size() const override { return numel_ * pt::element_size(to_); }
-  size_t memory_bytes() const override { return sizeof(*this) + source_.size() * sizeof(pt::Extent); }
-  void read(uint64_t offset, void* out, size_t n, const pt::ExtentReader& files) const override {
-    const uint64_t eto = pt::element_size(to_), efrom = pt::element_size(from_);
-    const uint64_t first = offset / eto, last = std::min(numel_, (offset + n + eto - 1) / eto);
-    std::string in((last - first) * efrom, '\0'), conv((last - first) * eto, '\0');
-    uint64_t at = 0, want = first * efrom;  // source byte position, next byte wanted
-    for (const pt::Extent& e : source_) {
-      const uint64_t end = at + e.length;
-      if (end > want && want < last * efrom) {
-        const uint64_t take = std::min(end, last * efrom) - want;
-        files.pread(e.file, e.offset + (want - at), in.data() + (want - first * efrom), size_t(take));
-        want += take;
-      }
-      at = end;
-    }
-    for (uint64_t k = 0; k < last - first; ++k)
-      from_f32(to_, to_f32(from_, in.data() + k * efrom), conv.data() + k * eto);
-    std::memcpy(out, conv.data() + (offset - first * eto), n);
-  }
-
- private:
-  std::vector<pt::Extent> source_;
-  pt::DType from_, to_;
-  uint64_t numel_;
-};
 
 // --- tensors from pieces -------------------------------------------------------------------
 
@@ -121,7 +36,8 @@ struct Fill {
       for (const auto& e : source) bytes(e);
       return;
     }
-    auto c = std::make_shared<Recast>(std::move(source), from, t.dtype, numel);
+    // A 16-bit module weight made from its fp32 master only when it is read (spec §4.1).
+    auto c = std::make_shared<pt::ConvertedExtents>(std::move(source), from, t.dtype, numel, "layouts");
     t.data.push_back({pt::kComputedBytes, t.computed.size(), c->size()});
     t.computed.push_back(std::move(c));
   }
@@ -232,22 +148,9 @@ const pt::PtFile& LayoutTag::source_model() const {
   std::call_once(loaded_, [this] {
     const ds::TagIndex& ix = *tag_.index;
     model_ = pt::load_pt(ix.model_files.at(0));
-    frozen_ = ix.frozen;
-    const pt::Node* module = model_->root->get("module");
-    if (!frozen_.empty() || !module || ix.stage == 3) return;
-    std::optional<uint32_t> shard;
-    for (size_t k = 0; k < ix.shards.size(); ++k)
-      if (ix.shards[k].path == ix.model_files[0]) shard = uint32_t(k);
-    std::set<std::string> known;
-    for (const auto& b : ix.buffers) known.insert(b.name);
-    for (const auto& [alias, canonical] : ix.shared) known.insert(alias);
-    for (const auto& [k, v] : module->entries) {
-      if (k->kind != Kind::Str || v->kind != Kind::Tensor || known.count(k->s) || by_name_.count(k->s)) continue;
-      const pt::Tensor& t = *v->tensor;
-      if (!shard || !t.contiguous())
-        throw Error(ix.model_files[0] + ": frozen parameter '" + k->s + "' cannot be served from its file", EIO);
-      frozen_.push_back({k->s, t.dtype, t.shape, {pt::Extent{*shard, t.byte_offset(), t.nbytes()}}});
-    }
+    // Stage 1/2 and BF16_Optimizer sources keep every frozen param in 'module' (stage 1 and BF16
+    // have no frozen_param_fragments); stage 3 only in its fragments.
+    frozen_ = ix.stage == 3 || ix.module_frozen.empty() ? ix.frozen : ix.module_frozen;
   });
   return *model_;
 }

@@ -41,8 +41,7 @@ class LayoutTag {
   // The source's model-state pickle, read once: its non-tensor subtrees are copied into the fakes.
   const pt::PtFile& source_model() const;
   size_t param_index(const std::string& name) const;  // index into TagIndex::params, or npos
-  // Frozen parameters: the index's, or for ZeRO-1/BF16_Optimizer sources (whose files keep no
-  // frozen_param_shapes) the module entries that are neither trainable, buffers nor aliases.
+  // Frozen parameters, full, in the source's stored dtype.
   const std::vector<ds::PlainTensor>& frozen() const;
 
  private:
