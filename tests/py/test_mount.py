@@ -109,7 +109,7 @@ def test_real_files_are_byte_identical(mnt):
             with open(os.path.join(dirpath, f), "rb") as a, open(os.path.join(m, rel, f), "rb") as b:
                 assert a.read() == b.read(), f
     assert set(os.listdir(m)) == set(os.listdir(src)) | {f"{TAG}_universal", f"{TAG}_params", f"{TAG}_fp32",
-                                                         "latest_universal"}
+                                                         "latest_universal", "layouts"}
 
 
 def all_files(m):
