@@ -7,7 +7,9 @@ import re
 import pytest
 import torch
 
-from conftest import FIXTURES, mount
+import subprocess
+
+from conftest import FIXTURES, ZEROMOUNT, mount
 
 TAG = "global_step3"
 
@@ -137,3 +139,17 @@ def test_layouts_dir_option():
     with mount(src, "-o", "layouts_dir=fakes") as mnt:
         assert not os.path.exists(os.path.join(mnt, "layouts"))
         assert os.path.isdir(os.path.join(mnt, "fakes", "zero3-dp2-fp32", TAG))
+
+
+def test_inspect_layout_is_bounded_and_export_writes_a_load_dir(tmp_path):
+    src = os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint")
+    r = subprocess.run([ZEROMOUNT, "inspect", src, "--layout", "zero3-dp65536-bf16"], capture_output=True, text=True,
+                       check=True)
+    assert "sub-group 0 (group 0)" in r.stdout and "more ranks" in r.stdout
+    assert len(r.stdout.splitlines()) < 40, "bounded for large W"
+    r = subprocess.run([ZEROMOUNT, "inspect", src, "--layout", "zero3-dp065536-bf16"], capture_output=True, text=True)
+    assert r.returncode != 0 and "not a layout name" in r.stderr
+    out = tmp_path / "fake"
+    subprocess.run([ZEROMOUNT, "export", src, str(out), "--layout", "zero3-dp4-fp32"], check=True, capture_output=True)
+    assert (out / "latest").read_text() == open(os.path.join(src, "latest")).read()
+    check_layout(str(out / TAG), "z2_ws2_fp32_pg2", "zero3-dp4-fp32")

@@ -345,6 +345,23 @@ TEST(LayoutsView, RenamedFolderAndRefusedPresets) {
   EXPECT_NE(walk(*v, "/fakes/zero1-dp7-fp32/" + kTag + "/zero_pp_rank_6_mp_rank_00_optim_states.pt"), nullptr);
 }
 
+TEST(LayoutsView, ARealLayoutsFolderWins) {
+  const std::string src = temp_dir() + "/ckpt";
+  fs::copy(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", src, fs::copy_options::recursive);
+  fs::create_directory(src + "/layouts");
+  write_file(src + "/layouts/mine.txt", "real");
+  auto v = View::load(src);
+  const Inode* real = walk(*v, "/layouts");
+  ASSERT_NE(real, nullptr);
+  EXPECT_EQ(real->made_by, nullptr);
+  EXPECT_EQ(listing(*v, *real), std::vector<std::string>{"mine.txt"});
+  EXPECT_EQ(v->lookup(real->ino, "zero3-dp4-fp32"), nullptr) << "the real folder is shown as is";
+  view::ViewOptions o;
+  o.layouts_dir = "fakes";
+  auto w = View::load(src, o);
+  EXPECT_NE(walk(*w, "/fakes/zero3-dp4-fp32/" + kTag), nullptr) << "-o layouts_dir=NAME picks another name";
+}
+
 // ---- (2) round trip: a fake, indexed back by our own indexer, equals its source ----
 
 std::string extent_bytes(const ds::TagIndex& ix, const std::vector<pt::Extent>& extents, uint64_t n) {
