@@ -3,6 +3,7 @@
 // differences of spec fake-layouts.md §7.1; (2) a fake indexed back equals its source, tensor for
 // tensor; and the names: invalid spellings are absent, the listing shows README, own, presets.
 #include <fcntl.h>
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -343,6 +344,27 @@ TEST(LayoutsView, RenamedFolderAndRefusedPresets) {
   auto v = View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", o);
   EXPECT_EQ(walk(*v, "/layouts"), nullptr);
   EXPECT_NE(walk(*v, "/fakes/zero1-dp7-fp32/" + kTag + "/zero_pp_rank_6_mp_rank_00_optim_states.pt"), nullptr);
+}
+
+// The comparison is not vacuous: another rank's real file differs in values, under the masks.
+TEST(LayoutsView, TheComparerSeesAWrongRank) {
+  auto v = View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint");
+  const std::string real_dir = kFixtures + "/z2_ws2_fp32_pg2/resaved/zero3-dp4-fp32/" + kTag;
+  const std::string name = "zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  const std::string path = temp_dir() + "/" + name;
+  write_file(path, read_view_file(*v, *walk(*v, "/layouts/zero3-dp4-fp32/" + kTag + "/" + name)));
+  auto ours = pt::load_pt(path);
+  auto wrong = pt::load_pt(real_dir + "/zero_pp_rank_2_mp_rank_00_optim_states.pt");
+  const Zero3Valid z3 = Zero3Valid::read(real_dir, 1, 4);
+  Allowed allowed;
+  allowed.zero3 = true;
+  ::testing::TestPartResultArray failures;
+  {
+    ::testing::ScopedFakeTestPartResultReporter catcher(&failures);
+    Comparer(*ours, *wrong, allowed, &z3).compare(ours->root, wrong->root, name);
+  }
+  ASSERT_GT(failures.size(), 0);
+  EXPECT_NE(std::string(failures.GetTestPartResult(0).message()).find("differs"), std::string::npos);
 }
 
 TEST(LayoutsView, ARealLayoutsFolderWins) {
