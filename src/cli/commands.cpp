@@ -27,7 +27,7 @@ namespace zm::cli {
 
 namespace fs = std::filesystem;
 
-int inspect(const std::string& ckpt, const std::string& tag, bool json) {
+int inspect(const std::string& ckpt, const std::string& tag, bool json, const std::string& layout) {
   const ds::CheckpointDir dir = ds::scan_checkpoint(ckpt);
   std::string tag_dir;
   if (dir.root_is_tag && tag.empty()) {
@@ -38,14 +38,22 @@ int inspect(const std::string& ckpt, const std::string& tag, bool json) {
     tag_dir = (fs::path(dir.root) / t).string();
   }
   auto index = ds::index_tag(tag_dir);
+  if (!layout.empty()) {
+    const auto target = ds::parse_target(layout);
+    if (!target) throw Error("--layout: '" + layout + "' is not a layout name (fake-layouts.md §6)", EINVAL);
+    std::cout << layout_table(*index, *target);
+    return 0;
+  }
   std::cout << (json ? ds::inspect_json(*index) : ds::inspect_text(*index));
   return 0;
 }
 
-int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads) {
+int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads,
+                const std::string& layout) {
   auto view = view::View::load(source);
   view::ExportOptions o;
-  o.what = what;
+  o.what = layout.empty() ? what : "layouts";
+  o.below = layout;
   o.threads = threads;
   const auto t0 = std::chrono::steady_clock::now();
   std::atomic<int64_t> last_ms{-1000};
@@ -102,6 +110,8 @@ int mount(const MountOptions& o) {
   // Index before forking: a checkpoint that cannot be served is refused here, in the caller's terminal.
   view::ViewOptions vo;
   vo.bare_zero3_tensors = o.bare_zero3_tensors;
+  vo.layout_presets = o.layout_presets;
+  vo.layouts_dir = o.layouts_dir;
   auto view = view::View::load(o.source, vo);
   malloc_trim(0);  // give back what decoding the pickles used, before the server inherits it
   const auto& s = view->stats();

@@ -3,14 +3,19 @@
 #include <string>
 #include <vector>
 
+#include "zeromount/ds/target_layout.h"
 #include "zeromount/view/view.h"
 
 namespace zm::cli {
 
-int inspect(const std::string& ckpt, const std::string& tag, bool json);
+// With `layout`: the partition table of that target (layout_table.cpp) instead of the index summary.
+int inspect(const std::string& ckpt, const std::string& tag, bool json, const std::string& layout = {});
+std::string layout_table(const ds::TagIndex& index, const ds::TargetLayout& target);
 int dump(const std::string& file, bool json);
 // Writes the made-up folders (universal, fp32, params or all) to a new real folder.
-int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads);
+// With `layout`, writes layouts/<layout> as the load_dir `out`.
+int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads,
+                const std::string& layout = {});
 
 struct MountOptions {
   std::string source, mountpoint;
@@ -21,6 +26,8 @@ struct MountOptions {
   unsigned threads = 0;                                 // 0: libfuse's default
   bool bare_zero3_tensors = false;                      // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
   unsigned read_ahead_kb = view::kRequestBytes / 1024;  // one request ahead; 0: leave the kernel's 128 KiB
+  std::vector<std::string> layout_presets;              // -o layouts=a,b (not passed to libfuse)
+  std::string layouts_dir = "layouts";                  // -o layouts_dir=NAME
 };
 int mount(const MountOptions& opts);
 

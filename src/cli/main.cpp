@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/provider.h"
 
@@ -21,6 +22,32 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
       if (!item.empty()) out.push_back(item);
   }
   return out;
+}
+
+// -o layouts=a,b and -o layouts_dir=NAME are zeromount's, not libfuse's. The comma that splits
+// -o values also splits the preset list, so the items after layouts= that are layout names
+// (which no libfuse option is) belong to it.
+std::vector<std::string> take_layout_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
+  std::vector<std::string> rest;
+  bool in_list = false;
+  for (const auto& o : opts) {
+    if (o.starts_with("layouts=")) {
+      in_list = true;
+      if (o.size() > 8) m.layout_presets.push_back(o.substr(8));
+    } else if (o.starts_with("layouts_dir=")) {
+      in_list = false;
+      m.layouts_dir = o.substr(12);
+      if (m.layouts_dir.empty() || m.layouts_dir.find('/') != std::string::npos || m.layouts_dir == "." ||
+          m.layouts_dir == "..")
+        throw zm::Error("-o layouts_dir: '" + m.layouts_dir + "' is not a file name", EINVAL);
+    } else if (in_list && zm::ds::parse_target(o)) {
+      m.layout_presets.push_back(o);
+    } else {
+      in_list = false;
+      rest.push_back(o);
+    }
+  }
+  return rest;
 }
 
 }  // namespace
@@ -51,6 +78,8 @@ int main(int argc, char** argv) {
   inspect->add_option("checkpoint", ckpt, "checkpoint folder or tag folder")->required();
   inspect->add_option("--tag", tag, "tag to index (default: the one in 'latest')");
   inspect->add_flag("--json", json, "stable JSON for scripts (docs/inspect-json.md)");
+  std::string layout;
+  inspect->add_option("--layout", layout, "print the partition table of a faked layout, e.g. zero3-dp64-bf16");
   auto* dump = app.add_subcommand("dump", "print the structure of one .pt file");
   dump->add_option("file", file, ".pt file")->required();
   dump->add_flag("--json", json, "JSON manifest with tensor metadata and CRCs");
@@ -64,17 +93,18 @@ int main(int argc, char** argv) {
   for (const auto& p : zm::view::providers()) kinds += std::string(p->kind()) + ", ";
   exp->add_option("--view", what, "which made-up folders: " + kinds + "or all")->capture_default_str();
   exp->add_option("--threads", threads, "parallel copies")->capture_default_str();
+  exp->add_option("--layout", layout, "write layouts/<NAME> (a load_dir), e.g. zero3-dp64-bf16, instead of --view");
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*inspect) return zm::cli::inspect(ckpt, tag, json);
+    if (*inspect) return zm::cli::inspect(ckpt, tag, json, layout);
     if (*dump) return zm::cli::dump(file, json);
-    if (*exp) return zm::cli::export_view(ckpt, out, what, threads);
+    if (*exp) return zm::cli::export_view(ckpt, out, what, threads, layout);
     if (m.source.empty() || m.mountpoint.empty()) {
       std::cerr << app.help();
       return 2;
     }
-    m.fuse_opts = split_opts(raw_opts);
+    m.fuse_opts = take_layout_opts(split_opts(raw_opts), m);
     return zm::cli::mount(m);
   } catch (const zm::Error& e) {
     std::cerr << "zeromount: " << e.what() << "\n";

@@ -129,7 +129,10 @@ class Emitter {
   }
   void save_tensor(const Tensor* t, int depth) {
     if (get(t)) return;
-    if (t->data.empty() && t->nbytes() > 0) throw Error("pickle writer: tensor has no data extents");
+    const Tensor* owner = t->storage_of ? t->storage_of : t;  // a view writes its base's storage
+    if (owner->data.empty() && owner->nbytes() > 0) throw Error("pickle writer: tensor has no data extents");
+    if (t->storage_of && uint64_t(t->storage_offset) + t->numel() > owner->numel())
+      throw Error("pickle writer: a view reaches past its storage");
     save_global("torch._utils", "_rebuild_tensor_v2");
     u8('(');
     // Persistent id ('storage', torch.XStorage, key, 'cpu', numel): a fresh tuple each time,
@@ -137,15 +140,15 @@ class Emitter {
     u8('(');
     save_str(&kStorage, "storage");
     save_global("torch", std::string(storage_class(t->dtype)));
-    auto [it, fresh] = keys_.try_emplace(t, std::to_string(out_.storages.size()));
-    if (fresh) out_.storages.push_back(t);
+    auto [it, fresh] = keys_.try_emplace(owner, std::to_string(out_.storages.size()));
+    if (fresh) out_.storages.push_back(owner);
     save_str(&it->second, it->second);
     save_str(&kCpu, "cpu");
-    save_int(int64_t(t->numel()));
+    save_int(int64_t(owner->numel()));
     u8('t');
     memoize(unique_key());  // the pid tuple is new each time, so its memo entry is never hit
     u8('Q');
-    save_int(0);
+    save_int(t->storage_of ? t->storage_offset : 0);
     std::vector<int64_t> stride(t->shape.size());
     int64_t s = 1;
     for (size_t k = t->shape.size(); k-- > 0;) {

@@ -6,6 +6,7 @@
 #include "zeromount/pt/crc32.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pickle_writer.h"
+#include "zeromount/pt/virtual_file.h"
 
 namespace zm::pt {
 namespace {
@@ -41,12 +42,26 @@ uint32_t record_crc(const Record& r, const ExtentReader* src) {
   for (const Extent& e : r.tensor->data) {
     for (uint64_t at = 0; at < e.length;) {
       const size_t n = size_t(std::min<uint64_t>(buf.size(), e.length - at));
-      src->pread(e.file, e.offset + at, buf.data(), n);
+      if (e.file == kZeroFill)
+        std::fill_n(buf.data(), n, '\0');
+      else if (e.file == kComputedBytes)
+        r.tensor->computed.at(e.offset)->read(at, buf.data(), n, *src);
+      else
+        src->pread(e.file, e.offset + at, buf.data(), n);
       crc = crc32(buf.data(), n, crc);
       at += n;
     }
   }
   return crc;
+}
+
+// A storage record's piece: source bytes, zero fill or computed bytes (value.h).
+void append_piece(VirtualFile& vf, const Tensor& t, const Extent& e) {
+  if (e.file == kZeroFill) return vf.append_zero(e.length);
+  if (e.file != kComputedBytes) return vf.append_extent(e);
+  const auto& c = t.computed.at(e.offset);
+  if (c->size() != e.length) throw Error("pt writer: a computed piece's size does not match its extent");
+  vf.append_computed(c);
 }
 
 }  // namespace
@@ -122,7 +137,7 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     h.s += lx.s;
     vf.append_inline(h.s);
     if (r.tensor) {
-      for (const Extent& e : r.tensor->data) vf.append_extent(e);
+      for (const Extent& e : r.tensor->data) append_piece(vf, *r.tensor, e);
     } else {
       vf.append_inline(r.inline_data);
     }

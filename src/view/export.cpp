@@ -92,7 +92,14 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
     std::vector<std::string> dirs;
     for (auto e = v.dir_entry(root, 2); e; e = v.dir_entry(root, e->next)) {
       const Inode& top = *e->node;
-      if (wanted(top, o.what)) collect(v, top, tmp + "/" + top.name, files, dirs);
+      if (!wanted(top, o.what)) continue;
+      if (o.below.empty()) {
+        collect(v, top, tmp + "/" + top.name, files, dirs);
+      } else if (const Inode* n = v.lookup(top.ino, o.below)) {
+        collect(v, *n, tmp, files, dirs);
+      } else {
+        throw Error("export: " + top.name + "/" + o.below + " does not exist (see " + top.name + "/README)", ENOENT);
+      }
     }
     if (files.empty())
       throw Error("export: the view has no '" + o.what + "' folders (is this a ZeRO checkpoint?)", ENOENT);

@@ -25,7 +25,7 @@ def table(section):
         if line.startswith("## "):
             break
         if line.startswith("|") and not re.match(r"^\|[-| ]+\|$", line):
-            rows.append([c.strip() for c in line.strip("|").split("|")])
+            rows.append([c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))])
     return rows[1:]  # without the header
 
 
@@ -35,10 +35,10 @@ def code(cell):
 
 def pattern(name):
     """A name row's name as a regex over mount-relative paths: <T> a tag, <param> a folder, N a number."""
-    rx = re.escape(name)
     any_name = r"[^\x2f]+"  # no literal slash, so that a pattern splits into path components
-    for k, v in {r"<T>": any_name, r"<param>": any_name, r"<state>": any_name, r"_N_": r"_\d+_"}.items():
-        rx = rx.replace(re.escape(k), v)
+    parts = re.split(r"(<[a-z]+>|<T>|_N_)", name)
+    rx = "".join(any_name if re.fullmatch(r"<[a-zA-Z]+>", x) else r"_\d+_" if x == "_N_" else re.escape(x)
+                 for x in parts)
     return rx.rstrip("/")
 
 

@@ -4,6 +4,7 @@
 // and cycles built through the memo are harmless.
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,7 +21,13 @@ struct Extent {
   uint64_t length = 0;
 };
 
+// Writer only: Extent::file values that name no file. A made-up tensor may mix source bytes,
+// zero padding and computed bytes (a precision change) without holding any of them in memory.
+inline constexpr uint32_t kZeroFill = 0xFFFFFFFFu;       // `length` zero bytes
+inline constexpr uint32_t kComputedBytes = 0xFFFFFFFEu;  // Tensor::computed[offset], `length` bytes
+
 struct Node;
+class Computed;
 
 // A tensor as _rebuild_tensor_v2 describes it. Offsets and strides are in elements.
 struct Tensor {
@@ -33,6 +40,10 @@ struct Tensor {
   uint64_t record_offset = 0;   // reader: file offset of the record's first byte
   std::vector<Extent> data;     // writer: where the bytes come from, in order
   const Node* attrs = nullptr;  // state of _rebuild_from_type_v2 (stage 3 ds_id), if any
+  // Writer: this tensor is a view (shape, storage_offset) into the storage of `storage_of`, whose
+  // own data are written once, as torch saves views of one flat buffer.
+  const Tensor* storage_of = nullptr;
+  std::vector<std::shared_ptr<const Computed>> computed;  // writer: what kComputedBytes extents name
 
   uint64_t numel() const;
   bool contiguous() const;

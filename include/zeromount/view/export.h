@@ -12,6 +12,9 @@ namespace zm::view {
 
 struct ExportOptions {
   std::string what = "universal";  // a Provider::kind(), or "all"
+  // With a kind: export only this entry of its top-level folder, looked up by name (e.g. the
+  // layout zero3-dp64-bf16 of layouts/, which a listing need not show). `out` becomes that entry.
+  std::string below;
   unsigned threads = 2;
   size_t chunk = 4u << 20;                                      // per-thread buffer: memory is threads x chunk
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from the workers

@@ -27,8 +27,10 @@ namespace zm::view {
 inline constexpr uint32_t kRequestBytes = 1u << 20;
 
 struct ViewOptions {
-  bool bare_zero3_tensors = false;  // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
-  size_t cache_bytes = 16u << 20;   // built headers kept in memory; tensor bytes are never cached
+  bool bare_zero3_tensors = false;          // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
+  size_t cache_bytes = 16u << 20;           // built headers kept in memory; tensor bytes are never cached
+  std::vector<std::string> layout_presets;  // -o layouts=a,b: targets listed in layouts/ (spec §6)
+  std::string layouts_dir = "layouts";      // -o layouts_dir=NAME: where the faked layouts live
 };
 
 struct MountStats {

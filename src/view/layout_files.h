@@ -1,0 +1,58 @@
+#pragma once
+// The files of one faked native layout (issue 11, spec fake-layouts.md; docs/fake-layouts-plan.md
+// §2-§4): a tag of the source presented as if DeepSpeed had saved it at another ZeRO stage, DP
+// size and precision. Headers are inline, tensor bytes are extents of the source shards placed by
+// the partition plan, padding is zero fill and precision changes are computed on read.
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "zeromount/ds/target_layout.h"
+#include "zeromount/pt/pt_file.h"
+#include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/mounted_tag.h"
+
+namespace zm::view {
+
+// One (source tag, target) pair: the plan is made once, O(params); rank files are built on demand.
+class LayoutTag {
+ public:
+  // Throws zm::Error (EINVAL, naming the reason and the spec section) when the target cannot be made.
+  LayoutTag(const MountedTag& tag, const ds::TargetLayout& target);
+
+  const MountedTag& tag() const { return tag_; }
+  const ds::TargetLayout& target() const { return plan_.target; }
+  const ds::PartitionPlan& plan() const { return plan_; }
+
+  // The tag folder's files: listing position k < files(), and the inverse (nullopt for any name
+  // that is not exactly one of them).
+  uint64_t files() const;
+  std::string file_name(uint64_t k) const;
+  std::optional<uint64_t> file_index(std::string_view name) const;
+  pt::VirtualFile build(uint64_t k) const;
+
+  pt::VirtualFile model_states(uint32_t rank) const;
+  pt::VirtualFile optim_states(uint32_t rank) const;
+
+  // The source's model-state pickle, read once: its non-tensor subtrees are copied into the fakes.
+  const pt::PtFile& source_model() const;
+  size_t param_index(const std::string& name) const;  // index into TagIndex::params, or npos
+  // Frozen parameters, full, in the source's stored dtype.
+  const std::vector<ds::PlainTensor>& frozen() const;
+
+ private:
+  bool zero3() const { return plan_.target.stage == ds::TargetStage::Zero3; }
+  const MountedTag& tag_;
+  ds::SourceOptions options_;
+  ds::PartitionPlan plan_;
+  std::unordered_map<std::string, size_t> by_name_;
+  mutable std::once_flag loaded_;
+  mutable std::unique_ptr<pt::PtFile> model_;
+  mutable std::vector<ds::PlainTensor> frozen_;
+};
+
+}  // namespace zm::view

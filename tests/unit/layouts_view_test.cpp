@@ -1,0 +1,471 @@
+// layouts/<target>/ built through the View without mounting: (1) each fake equals the real native
+// checkpoint DeepSpeed saved at that target (tests/fixtures/*/resaved), key by key, with only the
+// differences of spec fake-layouts.md §7.1; (2) a fake indexed back equals its source, tensor for
+// tensor; and the names: invalid spellings are absent, the listing shows README, own, presets.
+#include <fcntl.h>
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include "helpers.h"
+#include "zeromount/ds/checkpoint.h"
+#include "zeromount/ds/target_layout.h"
+#include "zeromount/pt/error.h"
+#include "zeromount/view/export.h"
+#include "zeromount/view/view.h"
+
+namespace zm::test {
+namespace {
+
+namespace fs = std::filesystem;
+using pt::Kind;
+using pt::Node;
+using view::Inode;
+using view::View;
+
+const std::string kTag = "global_step3";
+
+// The DP fixtures: every stage and precision the index supports.
+const std::vector<std::string> kSources = {"z1_ws2_fp32_pg2",       "z2_ws2_fp32_pg2",         "z3_ws2_fp32_pg2",
+                                           "z3_ws2_fp32_pg2_sg200", "z1_ws2_bf16_pg2_fp32acc", "z2_ws2_bf16_pg2",
+                                           "z3_ws2_bf16_pg2",       "z2_ws2_fp16_pg2"};
+
+// ---- Spec §7.1: the only differences a fake may have from a real native save at the target ----
+struct Allowed {
+  // SRC's ds_config and ds_version (a resaved ds_config says load_universal); stale global_samples.
+  static bool skipped(std::string_view key) {
+    return key == "ds_config" || key == "ds_version" || key == "global_samples";
+  }
+  // The loss scaler, when the precision changes.
+  bool scaler = false;
+  static bool scaler_key(std::string_view key) { return key == "loss_scaler" || key == "dynamic_loss_scale"; }
+  // The order of the state keys of one group (a universal load fills them from a Python set).
+  static bool unordered(const std::string& path) {
+    static const std::regex kStateDict(R"((base_optimizer_state|optimizer_state_dict)/state/\d+$)");
+    return std::regex_search(path, kStateDict);
+  }
+  // ZeRO-3 padding contents (compared on the valid elements only) and the ds_id attribute.
+  bool zero3 = false;
+};
+
+std::vector<uint64_t> size_numels(const Node* shapes) {  // an OrderedDict name -> torch.Size
+  std::vector<uint64_t> out;
+  for (const auto& [k, v] : shapes->entries) {
+    // torch.Size((d0, d1, ...)): the product of the ints inside, however the reader nests them.
+    uint64_t n = 1;
+    std::vector<const Node*> todo{v};
+    while (!todo.empty()) {
+      const Node* x = todo.back();
+      todo.pop_back();
+      if (x->kind == Kind::Int) n *= uint64_t(x->i);
+      if (x->kind == Kind::Object && x->args) todo.push_back(x->args);
+      if (x->kind == Kind::Tuple || x->kind == Kind::List)
+        for (const Node* d : x->items) todo.push_back(d);
+    }
+    out.push_back(n);
+  }
+  return out;
+}
+
+// Which elements of rank r's ZeRO-3 tensors are real, read from the REAL files' shapes.
+struct Zero3Valid {
+  std::vector<std::vector<bool>> sub_groups;  // per sub-group, per flat element
+  std::map<std::string, uint64_t> frozen;     // name -> numel
+  uint32_t rank = 0, world = 1;
+  static Zero3Valid read(const std::string& real_dir, uint32_t rank, uint32_t world) {
+    Zero3Valid z;
+    z.rank = rank;
+    z.world = world;
+    auto model = pt::load_pt(real_dir + "/zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_model_states.pt");
+    for (const Node* shapes : model->root->get("param_shapes")->items) {
+      std::vector<bool> m;
+      for (uint64_t n : size_numels(shapes)) {
+        const uint64_t part = (n + world - 1) / world;
+        for (uint64_t i = 0; i < part; ++i) m.push_back(part * rank + i < n);
+      }
+      z.sub_groups.push_back(std::move(m));
+    }
+    if (const Node* f = model->root->get("frozen_param_shapes"); f && f->kind == Kind::Dict) {
+      auto numels = size_numels(f);
+      for (size_t k = 0; k < numels.size(); ++k) z.frozen[f->entries[k].first->s] = numels[k];
+    }
+    return z;
+  }
+  // nullopt: every element counts.
+  std::optional<std::vector<bool>> mask(const std::string& path, uint64_t numel) const {
+    std::smatch m;
+    static const std::regex kFlat(R"(fp32_flat_groups/(\d+)$)"), kState(R"(optimizer_state_dict/state/(\d+)/\w+$)"),
+        kFrozen(R"(frozen_param_fragments/(.+)$)");
+    if (std::regex_search(path, m, kFlat) || (numel > 1 && std::regex_search(path, m, kState)))
+      return sub_groups.at(std::stoul(m[1]));
+    if (std::regex_search(path, m, kFrozen)) {
+      std::vector<bool> v(numel);
+      for (uint64_t i = 0; i < numel; ++i) v[i] = rank * numel + i < frozen.at(m[1]);
+      return v;
+    }
+    return std::nullopt;
+  }
+};
+
+class Comparer {
+ public:
+  Comparer(const pt::PtFile& ours, const pt::PtFile& real, Allowed allowed, const Zero3Valid* z3)
+      : ours_(ours), real_(real), allowed_(allowed), z3_(z3) {}
+
+  void compare(const Node* a, const Node* b, const std::string& path) {
+    ASSERT_TRUE(a && b) << path;
+    ASSERT_EQ(a->kind, b->kind) << path << ": " << a->kind_name() << " vs " << b->kind_name();
+    switch (b->kind) {
+      case Kind::None:
+        return;
+      case Kind::Bool:
+        EXPECT_EQ(a->b, b->b) << path;
+        return;
+      case Kind::Int:
+        EXPECT_EQ(a->i, b->i) << path;
+        return;
+      case Kind::Float:
+        EXPECT_EQ(a->f, b->f) << path;
+        return;
+      case Kind::Str:
+      case Kind::Bytes:
+      case Kind::BigInt:
+        EXPECT_EQ(a->s, b->s) << path;
+        return;
+      case Kind::Global:
+        EXPECT_EQ(a->s + "." + a->s2, b->s + "." + b->s2) << path;
+        return;
+      case Kind::List:
+      case Kind::Tuple:
+      case Kind::Set:
+        ASSERT_EQ(a->items.size(), b->items.size()) << path;
+        for (size_t k = 0; k < b->items.size(); ++k) compare(a->items[k], b->items[k], path + "/" + std::to_string(k));
+        return;
+      case Kind::Dict:
+        EXPECT_EQ(a->b, b->b) << path << ": OrderedDict or dict";
+        compare_entries(a, b, path);
+        if (b->state) compare(a->state, b->state, path + "/_metadata");
+        return;
+      case Kind::Object:
+        EXPECT_EQ(a->how, b->how) << path;
+        compare(a->callee, b->callee, path + "/class");
+        if (b->args || a->args) compare(a->args ? a->args : &kEmpty, b->args ? b->args : &kEmpty, path + "/args");
+        if (b->state) compare(a->state, b->state, path + "/state");
+        return;
+      case Kind::Tensor:
+        return compare_tensor(*a->tensor, *b->tensor, path);
+      case Kind::Storage:
+        FAIL() << path << ": bare storage";
+    }
+  }
+
+ private:
+  static std::string key_text(const Node* k) { return k->kind == Kind::Int ? std::to_string(k->i) : k->s; }
+  void compare_entries(const Node* a, const Node* b, const std::string& path) {
+    std::vector<std::string> ka, kb;
+    for (const auto& e : a->entries) ka.push_back(key_text(e.first));
+    for (const auto& e : b->entries) kb.push_back(key_text(e.first));
+    if (Allowed::unordered(path)) {
+      std::sort(ka.begin(), ka.end());
+      std::sort(kb.begin(), kb.end());
+    }
+    ASSERT_EQ(ka, kb) << path;
+    for (const auto& [k, v] : b->entries) {
+      const std::string key = key_text(k);
+      if (Allowed::skipped(key) || (allowed_.scaler && Allowed::scaler_key(key))) continue;
+      const Node* mine = k->kind == Kind::Int ? a->get(k->i) : a->get(key);
+      compare(mine, v, path + "/" + key);
+    }
+  }
+  void compare_tensor(const pt::Tensor& a, const pt::Tensor& b, const std::string& path) {
+    EXPECT_EQ(a.dtype, b.dtype) << path;
+    ASSERT_EQ(a.shape, b.shape) << path;
+    EXPECT_EQ(a.requires_grad, b.requires_grad) << path;
+    if (!allowed_.zero3) {
+      EXPECT_EQ(a.attrs != nullptr, b.attrs != nullptr) << path;  // ds_id
+    }
+    // Storage sharing: views of one storage in the real file are views of one storage here.
+    EXPECT_EQ(a.storage_offset, b.storage_offset) << path;
+    EXPECT_EQ(a.storage_numel, b.storage_numel) << path;
+    auto [ia, fa] = storage_pairs_.try_emplace(a.storage_key, b.storage_key);
+    auto [ib, fb] = storage_pairs_back_.try_emplace(b.storage_key, a.storage_key);
+    EXPECT_TRUE(ia->second == b.storage_key && ib->second == a.storage_key) << path << ": storage sharing differs";
+    const std::string va = tensor_bytes(ours_, a), vb = tensor_bytes(real_, b);
+    ASSERT_EQ(va.size(), vb.size()) << path;
+    const auto mask = z3_ ? z3_->mask(path, a.numel()) : std::nullopt;
+    if (!mask) {
+      EXPECT_TRUE(va == vb) << path << ": values differ";
+      return;
+    }
+    ASSERT_EQ(mask->size(), a.numel()) << path;
+    const size_t es = pt::element_size(a.dtype);
+    for (size_t i = 0; i < mask->size(); ++i)
+      if ((*mask)[i] && va.compare(i * es, es, vb, i * es, es) != 0) {
+        ADD_FAILURE() << path << ": element " << i << " differs";
+        return;
+      }
+  }
+  static inline const Node kEmpty = [] {
+    Node n;
+    n.kind = Kind::Tuple;
+    return n;
+  }();
+  const pt::PtFile& ours_;
+  const pt::PtFile& real_;
+  Allowed allowed_;
+  const Zero3Valid* z3_;
+  std::map<std::string, std::string> storage_pairs_, storage_pairs_back_;
+};
+
+const Inode* walk(const View& v, const std::string& path) {
+  const Inode* n = &v.inode(view::Tree::kRoot);
+  for (const auto& part : fs::path(path).relative_path()) {
+    n = v.lookup(n->ino, part.string());
+    if (!n) return nullptr;
+  }
+  return n;
+}
+
+std::vector<std::string> listing(const View& v, const Inode& dir) {
+  std::vector<std::string> names;
+  for (auto e = v.dir_entry(dir, 2); e; e = v.dir_entry(dir, e->next)) names.emplace_back(e->name);
+  return names;
+}
+
+std::string read_view_file(const View& v, const Inode& n) {
+  const auto f = v.open(n, O_RDONLY);
+  std::string bytes(f.size(), '\0');
+  EXPECT_EQ(f.read(0, bytes.data(), bytes.size()), bytes.size());
+  return bytes;
+}
+
+struct Resaved {
+  std::string fixture, target;
+};
+const std::vector<Resaved> kResaved = {
+    {"z2_ws2_fp32_pg2", "zero1-dp3-fp32"},       {"z3_ws2_fp32_pg2", "zero1-dp2-fp32"},
+    {"z1_ws2_fp32_pg2", "zero2-dp2-bf16"},       {"z1_ws2_bf16_pg2_fp32acc", "zero2-dp4-bf16"},
+    {"z3_ws2_fp32_pg2_sg200", "zero2-dp4-fp32"}, {"z2_ws2_bf16_pg2", "bf16opt-dp2"},
+    {"z2_ws2_fp32_pg2", "zero3-dp4-fp32"},       {"z2_ws2_bf16_pg2", "zero3-dp4-bf16"},
+    {"z2_ws2_fp16_pg2", "zero3-dp2-fp16"},       {"z3_ws2_fp32_pg2_sg200", "zero3-dp3-fp32-sg200"},
+};
+
+class FakeEqualsResaved : public ::testing::TestWithParam<Resaved> {};
+
+TEST_P(FakeEqualsResaved, KeyByKey) {
+  const Resaved& c = GetParam();
+  auto v = View::load(kFixtures + "/" + c.fixture + "/checkpoint");
+  const std::string real_dir = kFixtures + "/" + c.fixture + "/resaved/" + c.target + "/" + kTag;
+  const Inode* tag = walk(*v, "/layouts/" + c.target + "/" + kTag);
+  ASSERT_NE(tag, nullptr);
+  auto names = listing(*v, *tag);
+  std::vector<std::string> real_names;
+  for (const auto& e : fs::directory_iterator(real_dir)) real_names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  std::sort(real_names.begin(), real_names.end());
+  ASSERT_EQ(names, real_names) << "exactly the target's files";
+  EXPECT_EQ(read_view_file(*v, *walk(*v, "/layouts/" + c.target + "/latest")),
+            read_file(kFixtures + "/" + c.fixture + "/checkpoint/latest"));
+
+  const auto target = ds::parse_target(c.target);
+  ASSERT_TRUE(target);
+  const auto src_index = ds::index_tag(kFixtures + "/" + c.fixture + "/checkpoint/" + kTag);
+  Allowed allowed;
+  allowed.scaler = ds::source_layout(*src_index).precision != target->precision;
+  allowed.zero3 = target->stage == ds::TargetStage::Zero3;
+  const std::string dir = temp_dir();
+  for (const std::string& name : real_names) {
+    SCOPED_TRACE(c.fixture + " as " + c.target + ": " + name);
+    const Inode* n = v->lookup(tag->ino, name);
+    ASSERT_NE(n, nullptr);
+    const std::string bytes = read_view_file(*v, *n);
+    EXPECT_EQ(uint64_t(v->attr(*n).st_size), bytes.size()) << "size known at stat";
+    write_file(dir + "/" + name, bytes);
+    auto ours = pt::load_pt(dir + "/" + name);
+    auto real = pt::load_pt(real_dir + "/" + name);
+    EXPECT_EQ(ours->prefix, real->prefix);
+    std::optional<Zero3Valid> z3;
+    std::smatch m;
+    static const std::regex kRank(R"(zero_pp_rank_(\d+)_)");
+    if (allowed.zero3 && std::regex_search(name, m, kRank)) {
+      z3 = Zero3Valid::read(real_dir, uint32_t(std::stoul(m[1])), target->dp);
+    }
+    Comparer(*ours, *real, allowed, z3 ? &*z3 : nullptr).compare(ours->root, real->root, name);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Resaved, FakeEqualsResaved, ::testing::ValuesIn(kResaved), [](const auto& info) {
+  std::string s = info.param.fixture + "_" + info.param.target;
+  for (char& ch : s)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+});
+
+TEST(LayoutsView, NamesListingAndPresets) {
+  view::ViewOptions o;
+  o.layout_presets = {"zero3-dp64-bf16", "zero2-dp2-fp32", "zero1-dp3-fp32"};
+  auto v = View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", o);
+  const Inode* root = walk(*v, "/layouts");
+  ASSERT_NE(root, nullptr);
+  EXPECT_EQ(listing(*v, *root),
+            (std::vector<std::string>{"README", "zero2-dp2-fp32", "zero3-dp64-bf16", "zero1-dp3-fp32"}))
+      << "README, the own layout (a self-check), then the presets once each";
+  for (const char* bad : {"zero3-dp064-bf16", "zero3-dp0-fp32", "zero3-dp65537-fp32", "ZERO3-dp4-fp32",
+                          "zero3-dp4-fp32-rr", "zero2-dp4-fp32-sg7", "zero3-dp4-fp32-sg1000000000", "bf16opt-dp4-bf16",
+                          "zero3-dp4", "zero3-dp4-fp32 ", "zero4-dp4-fp32", "README2"})
+    EXPECT_EQ(v->lookup(root->ino, bad), nullptr) << bad;
+  const Inode* big = v->lookup(root->ino, "zero3-dp65536-bf16");
+  ASSERT_NE(big, nullptr) << "any valid name resolves on lookup";
+  EXPECT_EQ(v->lookup(root->ino, "zero3-dp65536-bf16"), big) << "and keeps its inode";
+  EXPECT_EQ(listing(*v, *root).size(), 4u) << "looked-up names are not listed";
+  const size_t nodes = v->tree().size();
+  const Inode* tag = v->lookup(big->ino, kTag);
+  ASSERT_NE(tag, nullptr);
+  EXPECT_LE(v->tree().size(), nodes + 1) << "rank files are made on lookup, not with the target";
+  const Inode* last = v->lookup(tag->ino, "bf16_zero_pp_rank_65535_mp_rank_00_optim_states.pt");
+  ASSERT_NE(last, nullptr);
+  EXPECT_GT(v->attr(*last).st_size, 0);
+  EXPECT_EQ(v->lookup(tag->ino, "bf16_zero_pp_rank_65536_mp_rank_00_optim_states.pt"), nullptr);
+  EXPECT_EQ(v->lookup(tag->ino, "zero_pp_rank_0_mp_rank_00_optim_states.pt"), nullptr) << "bf16 files are prefixed";
+  EXPECT_EQ(v->lookup(tag->ino, "bf16_zero_pp_rank_01_mp_rank_00_optim_states.pt"), nullptr);
+  EXPECT_EQ(v->lookup(tag->ino, "mp_rank_00_model_states.pt"), nullptr) << "ZeRO-3 has per-rank model files";
+  EXPECT_NE(read_view_file(*v, *walk(*v, "/layouts/README")).find("own layout: zero2-dp2-fp32"), std::string::npos);
+}
+
+TEST(LayoutsView, RenamedFolderAndRefusedPresets) {
+  view::ViewOptions o;
+  o.layouts_dir = "fakes";
+  o.layout_presets = {"nonsense"};
+  EXPECT_THROW(View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", o), Error) << "an invalid preset is refused";
+  o.layout_presets = {};
+  auto v = View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", o);
+  EXPECT_EQ(walk(*v, "/layouts"), nullptr);
+  EXPECT_NE(walk(*v, "/fakes/zero1-dp7-fp32/" + kTag + "/zero_pp_rank_6_mp_rank_00_optim_states.pt"), nullptr);
+}
+
+// The comparison is not vacuous: another rank's real file differs in values, under the masks.
+TEST(LayoutsView, TheComparerSeesAWrongRank) {
+  auto v = View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint");
+  const std::string real_dir = kFixtures + "/z2_ws2_fp32_pg2/resaved/zero3-dp4-fp32/" + kTag;
+  const std::string name = "zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  const std::string path = temp_dir() + "/" + name;
+  write_file(path, read_view_file(*v, *walk(*v, "/layouts/zero3-dp4-fp32/" + kTag + "/" + name)));
+  auto ours = pt::load_pt(path);
+  auto wrong = pt::load_pt(real_dir + "/zero_pp_rank_2_mp_rank_00_optim_states.pt");
+  const Zero3Valid z3 = Zero3Valid::read(real_dir, 1, 4);
+  Allowed allowed;
+  allowed.zero3 = true;
+  ::testing::TestPartResultArray failures;
+  {
+    ::testing::ScopedFakeTestPartResultReporter catcher(&failures);
+    Comparer(*ours, *wrong, allowed, &z3).compare(ours->root, wrong->root, name);
+  }
+  ASSERT_GT(failures.size(), 0);
+  EXPECT_NE(std::string(failures.GetTestPartResult(0).message()).find("differs"), std::string::npos);
+}
+
+TEST(LayoutsView, ARealLayoutsFolderWins) {
+  const std::string src = temp_dir() + "/ckpt";
+  fs::copy(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", src, fs::copy_options::recursive);
+  fs::create_directory(src + "/layouts");
+  write_file(src + "/layouts/mine.txt", "real");
+  auto v = View::load(src);
+  const Inode* real = walk(*v, "/layouts");
+  ASSERT_NE(real, nullptr);
+  EXPECT_EQ(real->made_by, nullptr);
+  EXPECT_EQ(listing(*v, *real), std::vector<std::string>{"mine.txt"});
+  EXPECT_EQ(v->lookup(real->ino, "zero3-dp4-fp32"), nullptr) << "the real folder is shown as is";
+  view::ViewOptions o;
+  o.layouts_dir = "fakes";
+  auto w = View::load(src, o);
+  EXPECT_NE(walk(*w, "/fakes/zero3-dp4-fp32/" + kTag), nullptr) << "-o layouts_dir=NAME picks another name";
+}
+
+// ---- (2) round trip: a fake, indexed back by our own indexer, equals its source ----
+
+std::string extent_bytes(const ds::TagIndex& ix, const std::vector<pt::Extent>& extents, uint64_t n) {
+  std::vector<std::string> paths;
+  for (const auto& s : ix.shards) paths.push_back(s.path);
+  PathSource src(paths);
+  std::string out;
+  for (const auto& e : extents) {
+    std::string b(e.length, '\0');
+    src.pread(e.file, e.offset, b.data(), b.size());
+    out += b;
+  }
+  return out.substr(0, n);
+}
+
+std::string state_bytes(const ds::TagIndex& ix, const ds::Param& p, size_t k) {
+  std::vector<pt::Extent> ex;
+  for (const auto& f : ix.fragments(p, k)) ex.push_back(f.extent);
+  return extent_bytes(ix, ex, p.numel * pt::element_size(ix.master_dtype));
+}
+
+void expect_same_state(const ds::TagIndex& src, const ds::TagIndex& fake, const std::string& what) {
+  ASSERT_EQ(fake.params.size(), src.params.size()) << what;
+  EXPECT_EQ(fake.state_names, src.state_names) << what;
+  EXPECT_EQ(fake.num_groups, src.num_groups) << what;
+  for (const ds::Param& p : src.params) {
+    const ds::Param* q = fake.find(p.name);
+    ASSERT_NE(q, nullptr) << what << ": " << p.name;
+    EXPECT_EQ(q->shape, p.shape) << what << ": " << p.name;
+    EXPECT_EQ(q->group, p.group) << what << ": " << p.name;
+    for (size_t k = 0; k < src.state_names.size(); ++k) {
+      EXPECT_TRUE(state_bytes(fake, *q, k) == state_bytes(src, p, k))
+          << what << ": " << p.name << " " << src.state_names[k];
+    }
+    const ds::StepValue &a = src.steps.at(size_t(p.step)), &b = fake.steps.at(size_t(q->step));
+    EXPECT_EQ(a.kind, b.kind) << what;
+    if (a.kind == ds::StepValue::Tensor) {
+      EXPECT_EQ(extent_bytes(src, {a.extent}, 4), extent_bytes(fake, {b.extent}, 4)) << what << ": step";
+    }
+  }
+  ASSERT_EQ(fake.buffers.size(), src.buffers.size()) << what;
+  for (size_t k = 0; k < src.buffers.size(); ++k) {
+    const uint64_t n = src.buffers[k].numel() * pt::element_size(src.buffers[k].dtype);
+    EXPECT_EQ(fake.buffers[k].name, src.buffers[k].name) << what;
+    EXPECT_TRUE(extent_bytes(fake, fake.buffers[k].data, n) == extent_bytes(src, src.buffers[k].data, n)) << what;
+  }
+}
+
+TEST(LayoutsRoundTrip, EveryFixtureIntoEveryStageAtDp1_3_8_64) {
+  // One precision per stage, so that every conversion is crossed; masters stay fp32 in all.
+  const std::vector<std::string> stages = {"zero1-dp{}-fp32", "zero2-dp{}-bf16", "zero3-dp{}-fp16", "bf16opt-dp{}"};
+  for (const std::string& fixture : kSources) {
+    auto v = View::load(kFixtures + "/" + fixture + "/checkpoint");
+    const auto src = ds::index_tag(kFixtures + "/" + fixture + "/checkpoint/" + kTag);
+    for (const std::string& pattern : stages)
+      for (int dp : {1, 3, 8, 64}) {
+        std::string name = pattern;
+        name.replace(name.find("{}"), 2, std::to_string(dp));
+        const std::string what = fixture + " as " + name;
+        const std::string out = temp_dir() + "/" + name;
+        view::ExportOptions o;
+        o.what = "layouts";
+        o.below = name;
+        ASSERT_NO_THROW(view::export_view(*v, out, o)) << what;
+        std::unique_ptr<ds::TagIndex> fake;
+        ASSERT_NO_THROW(fake = ds::index_tag(out + "/" + kTag)) << what;
+        EXPECT_EQ(fake->dp, dp) << what;
+        if (name.starts_with("bf16opt")) {
+          EXPECT_TRUE(fake->bf16_optimizer) << what;
+        } else {
+          EXPECT_EQ(fake->stage, name[4] - '0') << what;
+        }
+        // The fake carries SRC's ds_config (spec §2.1), so it names itself only at SRC's precision.
+        const auto target = ds::parse_target(name);
+        if (target->precision == ds::source_layout(*src).precision) {
+          EXPECT_EQ(ds::target_name(ds::source_layout(*fake)), name) << what << ": the fake names itself";
+        }
+        expect_same_state(*src, *fake, what);
+        fs::remove_all(out);
+      }
+  }
+}
+
+}  // namespace
+}  // namespace zm::test
