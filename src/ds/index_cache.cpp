@@ -416,6 +416,8 @@ std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit
     spdlog::info("{}: index cache not used ({}); indexing again", dir, e.what());
   }
   auto ix = index_tag(dir);
+  // Parallel (TP/PP) indexes are not cached yet: their slices and merge rules have no format.
+  if (ix->parallel()) return ix;
   try {
     fs::create_directories(cache);
     const std::string tmp = entry + ".tmp." + std::to_string(getpid());

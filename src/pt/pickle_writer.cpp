@@ -129,7 +129,7 @@ class Emitter {
   }
   void save_tensor(const Tensor* t, int depth) {
     if (get(t)) return;
-    if (t->data.empty() && t->nbytes() > 0) throw Error("pickle writer: tensor has no data extents");
+    if (t->data.empty() && !t->computed && t->nbytes() > 0) throw Error("pickle writer: tensor has no data extents");
     save_global("torch._utils", "_rebuild_tensor_v2");
     u8('(');
     // Persistent id ('storage', torch.XStorage, key, 'cpu', numel): a fresh tuple each time,
@@ -141,7 +141,7 @@ class Emitter {
     if (fresh) out_.storages.push_back(t);
     save_str(&it->second, it->second);
     save_str(&kCpu, "cpu");
-    save_int(int64_t(t->numel()));
+    save_int(int64_t(t->write_numel()));
     u8('t');
     memoize(unique_key());  // the pid tuple is new each time, so its memo entry is never hit
     u8('Q');

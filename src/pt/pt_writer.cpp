@@ -30,7 +30,7 @@ struct Record {
   std::string name;
   std::string inline_data;         // small records
   const Tensor* tensor = nullptr;  // storage records
-  uint64_t size() const { return tensor ? tensor->nbytes() : inline_data.size(); }
+  uint64_t size() const { return tensor ? tensor->write_bytes() : inline_data.size(); }
 };
 
 uint32_t record_crc(const Record& r, const ExtentReader* src) {
@@ -38,6 +38,12 @@ uint32_t record_crc(const Record& r, const ExtentReader* src) {
   if (!r.tensor) return crc32(r.inline_data.data(), r.inline_data.size());
   uint32_t crc = 0;
   std::string buf(1 << 20, '\0');
+  if (const auto& c = r.tensor->computed)
+    for (uint64_t at = 0; at < c->size(); at += buf.size()) {
+      const size_t n = size_t(std::min<uint64_t>(buf.size(), c->size() - at));
+      c->read(at, buf.data(), n, *src);
+      crc = crc32(buf.data(), n, crc);
+    }
   for (const Extent& e : r.tensor->data) {
     for (uint64_t at = 0; at < e.length;) {
       const size_t n = size_t(std::min<uint64_t>(buf.size(), e.length - at));
@@ -62,10 +68,10 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     std::sort(order.begin(), order.end(), [](size_t a, size_t b) { return std::to_string(a) < std::to_string(b); });
   for (size_t k : order) {
     const Tensor* t = p.storages[k];
-    uint64_t have = 0;
+    uint64_t have = t->computed ? t->computed->size() : 0;
     for (const Extent& e : t->data) have += e.length;
-    if (have != t->nbytes())
-      throw Error("pt writer: tensor needs " + std::to_string(t->nbytes()) + " bytes, its extents hold " +
+    if (have != t->write_bytes())
+      throw Error("pt writer: tensor needs " + std::to_string(t->write_bytes()) + " bytes, its extents hold " +
                   std::to_string(have));
     recs.push_back({opts.prefix + "/data/" + std::to_string(k), {}, t});
   }
@@ -122,6 +128,7 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     h.s += lx.s;
     vf.append_inline(h.s);
     if (r.tensor) {
+      if (r.tensor->computed) vf.append_computed(r.tensor->computed);
       for (const Extent& e : r.tensor->data) vf.append_extent(e);
     } else {
       vf.append_inline(r.inline_data);

@@ -8,6 +8,7 @@
 #include "zeromount/ds/inspect.h"
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/view/universal.h"
 
 namespace zm::view {
 
@@ -98,15 +99,14 @@ Stats compute_stats(const MountedTag& t, const ds::Param& p, const pt::ExtentRea
   Stats s;
   const size_t es = pt::element_size(t.index->master_dtype);
   std::string buf;
-  for (const auto& f : t.index->fragments(p, 0)) {
-    const pt::Extent e = t.map(f.extent);
-    for (uint64_t at = 0; at < e.length;) {
-      const size_t n = size_t(std::min<uint64_t>(e.length - at, (1u << 20) / es * es));
-      buf.resize(n);
-      src.pread(e.file, e.offset + at, buf.data(), n);
-      for (size_t k = 0; k < n; k += es) s.add(element(buf.data() + k, t.index->master_dtype));
-      at += n;
-    }
+  pt::VirtualFile bytes;  // a parallel parameter's merge may be computed (averaged): read it as a file
+  append_param_bytes(bytes, t, p, 0);
+  for (uint64_t at = 0; at < bytes.size();) {
+    const size_t n = size_t(std::min<uint64_t>(bytes.size() - at, (1u << 20) / es * es));
+    buf.resize(n);
+    bytes.read(at, buf.data(), n, src);
+    for (size_t k = 0; k < n; k += es) s.add(element(buf.data() + k, t.index->master_dtype));
+    at += n;
   }
   return s;
 }
@@ -182,8 +182,7 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   for (size_t k = 0; k < frags.size(); ++k) {
     const ds::Fragment& f = frags[k];
     line(k ? "" : "ranks", "rank " + std::to_string(f.rank) + ": elements [" + with_commas(f.start) + ", " +
-                               with_commas(f.start + f.numel) + ") in " +
-                               file_name(ix.shards.at(f.extent.file).path));
+                               with_commas(f.start + f.numel) + ") in " + file_name(ix.shards.at(f.extent.file).path));
   }
   if (src) {
     const Stats s = compute_stats(t, p, *src);
@@ -218,7 +217,7 @@ pt::VirtualFile param_npy(const MountedTag& t, const ds::Param& p, size_t state)
   pre += char(header.size() >> 8);
   pt::VirtualFile f;
   f.append_inline(pre + header);
-  for (const auto& fr : t.index->fragments(p, state)) f.append_extent(t.map(fr.extent));
+  append_param_bytes(f, t, p, state);
   return f;
 }
 
@@ -263,7 +262,8 @@ pt::VirtualFile model_safetensors(const MountedTag& t) {
   for (int k = 0; k < 8; ++k) len[size_t(k)] = char(uint64_t(header.size()) >> (8 * k));
   pt::VirtualFile f;
   size_t pieces = 1;
-  for (const auto& e : items) pieces += e.param ? ix.fragments(*e.param, 0).size() : e.plain->data.size();
+  for (const auto& e : items)
+    pieces += e.param ? (ix.parallel() ? 1 : ix.fragments(*e.param, 0).size()) : e.plain->data.size();
   f.reserve(pieces);
   f.append_inline(len + header);
   for (const auto& e : items) {
@@ -274,7 +274,7 @@ pt::VirtualFile model_safetensors(const MountedTag& t) {
       f.append_extent(t.map(x));
     };
     if (e.param)
-      for (const auto& fr : ix.fragments(*e.param, 0)) add(fr.extent);
+      append_param_bytes(f, t, *e.param, 0);
     else
       for (const auto& x : e.plain->data) add(x);
   }

@@ -4,6 +4,7 @@
 // and cycles built through the memo are harmless.
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,6 +22,7 @@ struct Extent {
 };
 
 struct Node;
+class Computed;  // virtual_file.h
 
 // A tensor as _rebuild_tensor_v2 describes it. Offsets and strides are in elements.
 struct Tensor {
@@ -33,10 +35,16 @@ struct Tensor {
   uint64_t record_offset = 0;   // reader: file offset of the record's first byte
   std::vector<Extent> data;     // writer: where the bytes come from, in order
   const Node* attrs = nullptr;  // state of _rebuild_from_type_v2 (stage 3 ds_id), if any
+  // Writer: a storage longer than the view (a vocabulary cut keeps its padding rows); 0 = numel().
+  uint64_t write_storage_numel = 0;
+  // Writer: bytes computed on read instead of `data` (a tensor-parallel merge that is not a copy).
+  std::shared_ptr<const Computed> computed;
 
   uint64_t numel() const;
   bool contiguous() const;
   uint64_t nbytes() const { return numel() * element_size(dtype); }
+  uint64_t write_numel() const { return write_storage_numel > numel() ? write_storage_numel : numel(); }
+  uint64_t write_bytes() const { return write_numel() * element_size(dtype); }  // the storage record
   // Byte offset of element 0 in the source file (reader side).
   uint64_t byte_offset() const { return record_offset + uint64_t(storage_offset) * element_size(dtype); }
 };
