@@ -101,6 +101,7 @@ int mount(const MountOptions& o) {
   // Index before forking: a checkpoint that cannot be served is refused here, in the caller's terminal.
   view::ViewOptions vo;
   vo.bare_zero3_tensors = o.bare_zero3_tensors;
+  vo.tp_strict = !o.tp_no_strict;
   auto view = view::View::load(o.source, vo);
   malloc_trim(0);  // give back what decoding the pickles used, before the server inherits it
   const auto& s = view->stats();

@@ -15,7 +15,10 @@ from conftest import FIXTURES, ZEROMOUNT, mount
 
 TAG = "global_step2"
 PARALLEL = ["tp2_dp1_z1", "tp2_dp2_z2", "tp2_dp1_z3", "tp2_dp1_z1_fused", "tp2_dp1_z1_avg", "tp2_dp1_z1_swiglu",
-            "pp2_dp1_z1", "pp2_tp2_z1_patterns"]
+            "pp2_dp1_z1", "pp2_tp2_z1_patterns", "tp2_dp1_z2_frozen"]
+# Mount options and the converter output each fixture is compared with.
+OPTIONS = {"tp2_dp1_z2_frozen": ["--tp-no-strict"]}
+REF = {"tp2_dp1_z2_frozen": "ds_to_universal_no_strict"}
 REFUSED = {
     "tp2_dp1_z2_frozen": "Unused patterns=['^norm\\\\.bias$'] while merging tp slices",
     "moe_ep2_z2": "Required universal_checkpoint_info state is missing",
@@ -25,12 +28,12 @@ REFUSED = {
 
 @pytest.fixture(scope="module", params=PARALLEL)
 def mnt(request):
-    with mount(os.path.join(FIXTURES, request.param, "checkpoint")) as m:
+    with mount(os.path.join(FIXTURES, request.param, "checkpoint"), *OPTIONS.get(request.param, [])) as m:
         yield request.param, m
 
 
 def ref_dir(name):
-    return os.path.join(FIXTURES, name, "ds_to_universal", f"{TAG}_universal")
+    return os.path.join(FIXTURES, name, REF.get(name, "ds_to_universal"), f"{TAG}_universal")
 
 
 def listing(root):

@@ -28,7 +28,8 @@ inline constexpr uint32_t kRequestBytes = 1u << 20;
 
 struct ViewOptions {
   bool bare_zero3_tensors = false;  // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
-  size_t cache_bytes = 16u << 20;   // built headers kept in memory; tensor bytes are never cached
+  bool tp_strict = true;  // refuse unused universal_checkpoint_info patterns (ds_to_universal --no_strict: false)
+  size_t cache_bytes = 16u << 20;  // built headers kept in memory; tensor bytes are never cached
 };
 
 struct MountStats {
