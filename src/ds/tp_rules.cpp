@@ -192,7 +192,7 @@ void assign_tp_rules(TagIndex& index, const UcInfo& uc, bool strict) {
     p.merged_numel = numel(merged);
     p.vocab = matched(uc.vocab, p.name, used) != nullptr;
     if (p.vocab) {
-      if (index.original_vocab_size < 0 && true)
+      if (index.original_vocab_size < 0)
         throw FormatError(where(index.dir, p.name +
                                                ": KeyError: 'original_vocab_size' (a vocabulary pattern matches it, "
                                                "universal_checkpoint_info has no original_vocab_size)"));
