@@ -178,7 +178,11 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   std::string part = "ZeRO-" + std::to_string(ix.stage) + " over " + std::to_string(ix.dp) + " dp ranks";
   if (ix.stage == 3) part += ", ceil(" + with_commas(p.numel) + "/" + std::to_string(ix.dp) + ") per rank";
   line("partition", part);
-  const auto frags = ix.fragments(p, 0);
+  // A parallel parameter is a merge of tensor-parallel slices: its rule says where it comes from.
+  if (ix.parallel())
+    line("merge", std::string(ds::tp_rule_name(p.rule)) + (p.vocab ? ", vocabulary" : "") + " over tp " +
+                      std::to_string(ix.tp) + " x pp " + std::to_string(ix.pp));
+  const auto frags = ix.parallel() ? std::vector<ds::Fragment>{} : ix.fragments(p, 0);
   for (size_t k = 0; k < frags.size(); ++k) {
     const ds::Fragment& f = frags[k];
     line(k ? "" : "ranks", "rank " + std::to_string(f.rank) + ": elements [" + with_commas(f.start) + ", " +

@@ -6,6 +6,7 @@ import os
 import pickle
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,6 +109,20 @@ def test_model_safetensors_holds_the_merged_params(mnt):
             want = torch.load(f"{ref}/zero/{p}/fp32.pt", weights_only=False)
             want = want["param"] if isinstance(want, dict) else want
             assert torch.equal(torch.from_numpy(st[p].copy()), want.detach()), p
+
+
+def test_params_npy_holds_the_merged_params(mnt):
+    name, m = mnt
+    ref = ref_dir(name)
+    for p in os.listdir(f"{ref}/zero"):
+        if os.path.isdir(f"{ref}/zero/{p}"):
+            for state in ("fp32", "exp_avg"):
+                want = torch.load(f"{ref}/zero/{p}/{state}.pt", weights_only=False)
+                want = want["param"] if isinstance(want, dict) else want
+                ours = torch.from_numpy(np.load(f"{m}/{TAG}_params/{p}/{state}.npy"))
+                assert torch.equal(ours, want.detach()), f"{p}/{state}"
+            with open(f"{m}/{TAG}_params/{p}/info") as fh:
+                assert "merge" in fh.read()
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
