@@ -112,6 +112,7 @@ int mount(const MountOptions& o) {
   vo.bare_zero3_tensors = o.bare_zero3_tensors;
   vo.layout_presets = o.layout_presets;
   vo.layouts_dir = o.layouts_dir;
+  vo.tp_strict = !o.tp_no_strict;
   auto view = view::View::load(o.source, vo);
   malloc_trim(0);  // give back what decoding the pickles used, before the server inherits it
   const auto& s = view->stats();

@@ -23,8 +23,9 @@ struct MountOptions {
   bool foreground = false;
   bool debug = false;
   std::string log_level = "info";
-  unsigned threads = 0;                                 // 0: libfuse's default
-  bool bare_zero3_tensors = false;                      // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
+  unsigned threads = 0;             // 0: libfuse's default
+  bool tp_no_strict = false;        // ds_to_universal.py --no_strict: unused TP patterns are not refused
+  bool bare_zero3_tensors = false;  // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
   unsigned read_ahead_kb = view::kRequestBytes / 1024;  // one request ahead; 0: leave the kernel's 128 KiB
   std::vector<std::string> layout_presets;              // -o layouts=a,b (not passed to libfuse)
   std::string layouts_dir = "layouts";                  // -o layouts_dir=NAME

@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", m.threads, "FUSE worker threads (default: libfuse's)");
   app.add_option("--read-ahead-kb", m.read_ahead_kb, "mount readahead in KiB (root only; 0 leaves 128)")
       ->capture_default_str();
+  app.add_flag("--tp-no-strict", m.tp_no_strict,
+               "like ds_to_universal.py --no_strict: do not refuse universal_checkpoint_info patterns that match no "
+               "parameter (e.g. a frozen AutoTP parameter)");
   app.add_flag("--bare-zero3-tensors", m.bare_zero3_tensors,
                "write universal param files of ZeRO-3 sources as bare tensors (DeepSpeed < 0.19.3 targets)");
 

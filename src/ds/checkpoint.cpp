@@ -1,5 +1,6 @@
 #include "zeromount/ds/checkpoint.h"
 #include "builders.h"
+#include "parallel.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,6 +9,7 @@
 
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/shard_set.h"
+#include "zeromount/ds/tp_param.h"
 #include "zeromount/pt/error.h"
 
 namespace zm::ds {
@@ -57,10 +59,15 @@ CheckpointDir scan_checkpoint(const std::string& path) {
   return c;
 }
 
-std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir) {
+std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict) {
   auto index = std::make_unique<TagIndex>();
   index->dir = fs::canonical(tag_dir).string();
   index->tag = fs::path(index->dir).filename().string();
+  if (is_parallel_tag(index->dir)) {
+    index_parallel(*index, tp_strict);
+    index->step_kind = common_step_kind(*index);
+    return index;
+  }
   std::map<int, std::string> optim, zero_model;
   std::string model;
   for (const auto& e : fs::directory_iterator(index->dir)) {
@@ -140,6 +147,23 @@ uint64_t TagIndex::state_bytes() const {
 }
 
 std::vector<Fragment> TagIndex::fragments(const Param& p, size_t state) const {
+  if (parallel()) {
+    auto merged = merged_extents(*this, p, state);
+    if (!merged)
+      throw Error(p.name + ": an averaged tensor-parallel parameter has no stored bytes (read it from _universal)",
+                  EIO);
+    std::vector<Fragment> out;
+    const uint64_t es = pt::element_size(master_dtype);
+    uint64_t at = 0, left = p.numel * es;  // a vocabulary cut is a prefix of the merge
+    for (pt::Extent e : *merged) {
+      if (left == 0) break;
+      e.length = std::min(e.length, left);
+      left -= e.length;
+      out.push_back({0, at / es, e.length / es, e});
+      at += e.length;
+    }
+    return out;
+  }
   if (stage != 3) return p.stored.at(state);
   std::vector<Fragment> out;
   const uint64_t W = uint64_t(dp), part = zero3_partition(p.numel, W), es = pt::element_size(master_dtype);

@@ -395,10 +395,10 @@ std::string index_cache_dir() {
   return base + "/zeromount";
 }
 
-std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit) {
+std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit, bool tp_strict) {
   if (hit) *hit = false;
   const std::string cache = index_cache_dir();
-  if (cache.empty()) return index_tag(tag_dir);
+  if (cache.empty()) return index_tag(tag_dir, tp_strict);
   const std::string dir = fs::canonical(tag_dir).string();
   const std::string entry = entry_path(cache, dir);
   try {
@@ -415,7 +415,9 @@ std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit
   } catch (const std::exception& e) {
     spdlog::info("{}: index cache not used ({}); indexing again", dir, e.what());
   }
-  auto ix = index_tag(dir);
+  auto ix = index_tag(dir, tp_strict);
+  // Parallel (TP/PP) indexes are not cached yet: their slices and merge rules have no format.
+  if (ix->parallel()) return ix;
   try {
     fs::create_directories(cache);
     const std::string tmp = entry + ".tmp." + std::to_string(getpid());

@@ -50,6 +50,13 @@ std::string ranks_text(const TagIndex& ix, const Param& p) {
   return s;
 }
 
+// A parallel parameter's merge rule as ds_to_universal.py names it (tensor-pipeline-expert.md §4.3).
+std::string rule_text(const Param& p) {
+  std::string s = tp_rule_name(p.rule);
+  if (p.rule == TpRule::Cat) s += " dim " + std::to_string(p.cat_dim);
+  return p.vocab ? s + ", vocabulary" : s;
+}
+
 std::string stage_text(const TagIndex& ix) {
   if (ix.bf16_optimizer) return "BF16_Optimizer (ZeRO-1 layout)";
   std::string s = "ZeRO-" + std::to_string(ix.stage);
@@ -120,6 +127,8 @@ std::string inspect_text(const TagIndex& ix) {
   line("tag", ix.tag);
   line("stage", stage_text(ix));
   line("dp ranks", std::to_string(ix.dp));
+  if (ix.parallel())
+    line("grid", "pp " + std::to_string(ix.pp) + " x tp " + std::to_string(ix.tp) + " x dp " + std::to_string(ix.dp));
   line("optimizer",
        std::string(optimizer_class_name(ix.optimizer)) + " (step stored as " + step_kind_name(ix.step_kind) + ")");
   line("training", std::string(pt::dtype_name(ix.module_dtype)) + " module weights");
@@ -139,11 +148,18 @@ std::string inspect_text(const TagIndex& ix) {
     wn = std::max(wn, p.name.size());
     ws = std::max(ws, shape_text(p.shape).size());
   }
-  o += pad("name", wn + 2) + pad("shape", ws + 2) + pad("numel", 14) + pad("group", 7) + "ranks\n";
+  // A parallel parameter lives on every dp rank of its cells: its merge rule says more.
+  o += pad("name", wn + 2) + pad("shape", ws + 2) + pad("numel", 14) + pad("group", 7) +
+       (ix.parallel() ? "merge rule\n" : "ranks\n");
   for (const auto& p : ix.params)
     o += pad(p.name, wn + 2) + pad(shape_text(p.shape), ws + 2) + pad(with_commas(p.numel), 14) +
          pad(std::to_string(p.group) + (p.sub_group >= 0 ? "/" + std::to_string(p.sub_group) : ""), 7) +
-         ranks_text(ix, p) + "\n";
+         (ix.parallel() ? rule_text(p) : ranks_text(ix, p)) + "\n";
+  if (ix.parallel()) {
+    o += "\nuniversal_checkpoint_info patterns" + std::string(ix.patterns.empty() ? ": none\n" : "\n");
+    for (const auto& [key, list] : ix.patterns)
+      for (const auto& pat : list) o += "  " + pad(key, 42) + pat + "\n";
+  }
   for (const auto& f : ix.frozen) o += pad(f.name, wn + 2) + pad(shape_text(f.shape), ws + 2) + "(frozen)\n";
   if (ix.frozen.empty())  // stage 1 and BF16_Optimizer keep frozen parameters only in 'module'
     for (const auto& f : ix.module_frozen)
@@ -156,8 +172,9 @@ std::string inspect_json(const TagIndex& ix) {
   std::string o =
       "{\"format\":1,\"tag\":" + json_escape(ix.tag) + ",\"dir\":" + json_escape(ix.dir) +
       ",\"stage\":" + std::to_string(ix.stage) + ",\"bf16_optimizer\":" + (ix.bf16_optimizer ? "true" : "false") +
-      ",\"dp\":" + std::to_string(ix.dp) + ",\"dtype\":\"" + std::string(pt::dtype_name(ix.master_dtype)) +
-      "\",\"optimizer\":\"" + std::string(optimizer_class_name(ix.optimizer)) + "\",\"training_dtype\":\"" +
+      ",\"dp\":" + std::to_string(ix.dp) + ",\"tp\":" + std::to_string(ix.tp) + ",\"pp\":" + std::to_string(ix.pp) +
+      ",\"dtype\":\"" + std::string(pt::dtype_name(ix.master_dtype)) + "\",\"optimizer\":\"" +
+      std::string(optimizer_class_name(ix.optimizer)) + "\",\"training_dtype\":\"" +
       std::string(pt::dtype_name(ix.module_dtype)) + "\",\"master_dtype\":\"" +
       std::string(pt::dtype_name(ix.master_dtype)) + "\",\"step_type\":\"" + step_kind_name(ix.step_kind) +
       "\",\"loss_scaler\":" + loss_scaler_json(ix.loss_scaler) + ",\"ds_version\":" + json_escape(ix.ds_version) +
@@ -173,9 +190,16 @@ std::string inspect_json(const TagIndex& ix) {
     o += std::string(k ? "," : "") + "{\"name\":" + json_escape(p.name) + ",\"shape\":" + shape_text(p.shape) +
          ",\"numel\":" + std::to_string(p.numel) + ",\"group\":" + std::to_string(p.group) +
          ",\"sub_group\":" + (p.sub_group >= 0 ? std::to_string(p.sub_group) : "null") + ",\"ranks\":[";
-    const auto frags = ix.fragments(p, 0);
-    for (size_t f = 0; f < frags.size(); ++f) o += (f ? "," : "") + std::to_string(frags[f].rank);
-    o += "]}";
+    if (!ix.parallel()) {
+      const auto frags = ix.fragments(p, 0);
+      for (size_t f = 0; f < frags.size(); ++f) o += (f ? "," : "") + std::to_string(frags[f].rank);
+    }
+    o += "]";
+    if (ix.parallel())
+      o += ",\"merge\":{\"rule\":\"" + std::string(tp_rule_name(p.rule)) +
+           "\",\"cat_dim\":" + (p.rule == TpRule::Cat ? std::to_string(p.cat_dim) : "null") +
+           ",\"vocab\":" + (p.vocab ? "true" : "false") + "}";
+    o += "}";
   }
   o += "],\"frozen\":[";
   for (size_t k = 0; k < ix.frozen.size(); ++k)
@@ -195,7 +219,14 @@ std::string inspect_json(const TagIndex& ix) {
   for (size_t k = 0; k < ix.shared.size(); ++k)
     o += std::string(k ? "," : "") + "[" + json_escape(ix.shared[k].first) + "," + json_escape(ix.shared[k].second) +
          "]";
-  o += "],\"totals\":{\"params\":" + std::to_string(ix.params.size()) + ",\"numel\":" + std::to_string(numel) +
+  o += "],\"patterns\":{";
+  for (size_t k = 0; k < ix.patterns.size(); ++k) {
+    o += std::string(k ? "," : "") + json_escape(ix.patterns[k].first) + ":[";
+    for (size_t j = 0; j < ix.patterns[k].second.size(); ++j)
+      o += (j ? "," : "") + json_escape(ix.patterns[k].second[j]);
+    o += "]";
+  }
+  o += "},\"totals\":{\"params\":" + std::to_string(ix.params.size()) + ",\"numel\":" + std::to_string(numel) +
        ",\"state_bytes\":" + std::to_string(ix.state_bytes()) + "}}\n";
   return o;
 }

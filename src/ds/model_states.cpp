@@ -33,8 +33,10 @@ void read_model_common(TagIndex& index, const OpenShard& model) {
   if (dp != index.dp)
     root["dp_world_size"].fail("says " + std::to_string(dp) + " ranks, but the tag has " + std::to_string(index.dp) +
                                " optimizer files");
-  if (auto mp = root.find("mp_world_size"); mp && mp->as_int() != 1)
-    mp->fail("model-parallel checkpoints are not supported yet");
+  // index.mp is what the file grid says (pp x tp; 1 for a data-parallel checkpoint).
+  if (auto mp = root.find("mp_world_size"); mp && mp->as_int() != index.mp)
+    mp->fail("says " + std::to_string(mp->as_int()) + " model-parallel ranks, the tag's files make " +
+             std::to_string(index.mp));
   if (auto shared = root.find("shared_params"); shared && !shared->is_none())
     for (const auto& [alias, canon] : shared->items()) index.shared.emplace_back(alias, canon.as_str());
   auto names = root.find("buffer_names");

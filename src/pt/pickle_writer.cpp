@@ -130,8 +130,8 @@ class Emitter {
   void save_tensor(const Tensor* t, int depth) {
     if (get(t)) return;
     const Tensor* owner = t->storage_of ? t->storage_of : t;  // a view writes its base's storage
-    if (owner->data.empty() && owner->nbytes() > 0) throw Error("pickle writer: tensor has no data extents");
-    if (t->storage_of && uint64_t(t->storage_offset) + t->numel() > owner->numel())
+    if (owner->data.empty() && owner->write_bytes() > 0) throw Error("pickle writer: tensor has no data extents");
+    if (t->storage_of && uint64_t(t->storage_offset) + t->numel() > owner->write_numel())
       throw Error("pickle writer: a view reaches past its storage");
     save_global("torch._utils", "_rebuild_tensor_v2");
     u8('(');
@@ -144,7 +144,7 @@ class Emitter {
     if (fresh) out_.storages.push_back(owner);
     save_str(&it->second, it->second);
     save_str(&kCpu, "cpu");
-    save_int(int64_t(owner->numel()));
+    save_int(int64_t(owner->write_numel()));
     u8('t');
     memoize(unique_key());  // the pid tuple is new each time, so its memo entry is never hit
     u8('Q');

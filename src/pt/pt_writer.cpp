@@ -31,7 +31,7 @@ struct Record {
   std::string name;
   std::string inline_data;         // small records
   const Tensor* tensor = nullptr;  // storage records
-  uint64_t size() const { return tensor ? tensor->nbytes() : inline_data.size(); }
+  uint64_t size() const { return tensor ? tensor->write_bytes() : inline_data.size(); }
 };
 
 uint32_t record_crc(const Record& r, const ExtentReader* src) {
@@ -55,7 +55,8 @@ uint32_t record_crc(const Record& r, const ExtentReader* src) {
   return crc;
 }
 
-// A storage record's piece: source bytes, zero fill or computed bytes (value.h).
+}  // namespace
+
 void append_piece(VirtualFile& vf, const Tensor& t, const Extent& e) {
   if (e.file == kZeroFill) return vf.append_zero(e.length);
   if (e.file != kComputedBytes) return vf.append_extent(e);
@@ -63,8 +64,6 @@ void append_piece(VirtualFile& vf, const Tensor& t, const Extent& e) {
   if (c->size() != e.length) throw Error("pt writer: a computed piece's size does not match its extent");
   vf.append_computed(c);
 }
-
-}  // namespace
 
 VirtualFile build_pt(const Node* root, const PtOptions& opts) {
   PickledTensors p = pickle_value(root);
@@ -79,8 +78,8 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     const Tensor* t = p.storages[k];
     uint64_t have = 0;
     for (const Extent& e : t->data) have += e.length;
-    if (have != t->nbytes())
-      throw Error("pt writer: tensor needs " + std::to_string(t->nbytes()) + " bytes, its extents hold " +
+    if (have != t->write_bytes())
+      throw Error("pt writer: tensor needs " + std::to_string(t->write_bytes()) + " bytes, its extents hold " +
                   std::to_string(have));
     recs.push_back({opts.prefix + "/data/" + std::to_string(k), {}, t});
   }

@@ -2,8 +2,15 @@
 
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
+#include "zeromount/pt/virtual_file.h"
 
 namespace zm::pt {
+
+void Tensor::append_computed(std::shared_ptr<const Computed> c) {
+  const uint64_t n = c->size();
+  data.push_back({kComputedBytes, computed.size(), n});
+  computed.push_back(std::move(c));
+}
 
 uint64_t Tensor::numel() const {
   uint64_t n = 1;

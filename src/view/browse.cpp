@@ -11,6 +11,7 @@
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
+#include "zeromount/view/universal.h"
 
 namespace zm::view {
 
@@ -57,15 +58,14 @@ Stats compute_stats(const MountedTag& t, const ds::Param& p, const pt::ExtentRea
   Stats s;
   const size_t es = pt::element_size(t.index->master_dtype);
   std::string buf;
-  for (const auto& f : t.index->fragments(p, 0)) {
-    const pt::Extent e = t.map(f.extent);
-    for (uint64_t at = 0; at < e.length;) {
-      const size_t n = size_t(std::min<uint64_t>(e.length - at, (1u << 20) / es * es));
-      buf.resize(n);
-      src.pread(e.file, e.offset + at, buf.data(), n);
-      for (size_t k = 0; k < n; k += es) s.add(pt::element_value(buf.data() + k, t.index->master_dtype));
-      at += n;
-    }
+  pt::VirtualFile bytes;  // a parallel parameter's merge may be computed (averaged): read it as a file
+  append_param_bytes(bytes, t, p, 0);
+  for (uint64_t at = 0; at < bytes.size();) {
+    const size_t n = size_t(std::min<uint64_t>(bytes.size() - at, (1u << 20) / es * es));
+    buf.resize(n);
+    bytes.read(at, buf.data(), n, src);
+    for (size_t k = 0; k < n; k += es) s.add(pt::element_value(buf.data() + k, t.index->master_dtype));
+    at += n;
   }
   return s;
 }
@@ -140,7 +140,11 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   std::string part = "ZeRO-" + std::to_string(ix.stage) + " over " + std::to_string(ix.dp) + " dp ranks";
   if (ix.stage == 3) part += ", ceil(" + with_commas(p.numel) + "/" + std::to_string(ix.dp) + ") per rank";
   line("partition", part);
-  const auto frags = ix.fragments(p, 0);
+  // A parallel parameter is a merge of tensor-parallel slices: its rule says where it comes from.
+  if (ix.parallel())
+    line("merge", std::string(ds::tp_rule_name(p.rule)) + (p.vocab ? ", vocabulary" : "") + " over tp " +
+                      std::to_string(ix.tp) + " x pp " + std::to_string(ix.pp));
+  const auto frags = ix.parallel() ? std::vector<ds::Fragment>{} : ix.fragments(p, 0);
   for (size_t k = 0; k < frags.size(); ++k) {
     const ds::Fragment& f = frags[k];
     line(k ? "" : "ranks", "rank " + std::to_string(f.rank) + ": elements [" + with_commas(f.start) + ", " +
@@ -188,14 +192,7 @@ pt::VirtualFile param_npy(const MountedTag& t, const ds::Param& p, size_t state)
   pre += char(header.size() >> 8);
   pt::VirtualFile f;
   f.append_inline(pre + header);
-  std::vector<pt::Extent> data;
-  for (const auto& fr : t.index->fragments(p, state)) data.push_back(t.map(fr.extent));
-  if (served == stored) {
-    for (const auto& x : data) f.append_extent(x);
-  } else {
-    f.append_computed(std::make_shared<pt::ConvertedExtents>(std::move(data), stored, served, p.numel,
-                                                             p.name + " " + t.index->state_names[state]));
-  }
+  append_param_bytes(f, t, p, state);
   return f;
 }
 
@@ -235,10 +232,11 @@ std::vector<pt::Extent> master_extents(const MountedTag& t, const ds::Param& p) 
 Item param_item(const MountedTag& t, const ds::Param& p, size_t k, pt::DType dtype) {
   const ds::TagIndex& ix = *t.index;
   const uint64_t bytes = p.numel * pt::element_size(dtype);
-  if (dtype == ix.master_dtype)
-    return {&p.name, dtype, &p.shape, bytes, ix.fragments(p, 0).size(), [&t, &p](pt::VirtualFile& f) {
-              for (const auto& x : master_extents(t, p)) f.append_extent(x);
-            }};
+  if (dtype == ix.master_dtype)  // a parallel parameter's merge is one piece, maybe computed
+    return {
+        &p.name, dtype, &p.shape, bytes, ix.parallel() ? 1 : ix.fragments(p, 0).size(), [&t, &p](pt::VirtualFile& f) {
+          append_param_bytes(f, t, p, 0);
+        }};
   if (k < ix.module_weights.size() && ix.module_weights[k].dtype == dtype) {
     Item it = plain_item(t, ix.module_weights[k]);
     it.name = &p.name;

@@ -38,8 +38,7 @@ struct Fill {
     }
     // A 16-bit module weight made from its fp32 master only when it is read (spec §4.1).
     auto c = std::make_shared<pt::ConvertedExtents>(std::move(source), from, t.dtype, numel, "layouts");
-    t.data.push_back({pt::kComputedBytes, t.computed.size(), c->size()});
-    t.computed.push_back(std::move(c));
+    t.append_computed(std::move(c));
   }
 };
 

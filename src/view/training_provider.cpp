@@ -14,6 +14,7 @@ class TrainingProvider final : public Provider {
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const ds::TagIndex& ix = *tag.index;
     if (ix.module_dtype != pt::DType::BF16 && ix.module_dtype != pt::DType::F16) return;
+    if (ix.parallel()) return;  // module weights are per tensor-parallel rank: not merged yet
     const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
     const std::string suffix = ix.module_dtype == pt::DType::BF16 ? "_bf16" : "_fp16";
     const uint64_t d = cx.add_top_dir(ix.tag + suffix, kind(), mtime);

@@ -1,5 +1,6 @@
 #include "zeromount/view/universal.h"
 
+#include "zeromount/ds/tp_param.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_writer.h"
 
@@ -45,9 +46,135 @@ void set(Node* dict, pt::Arena& a, const char* key, const Node* value) {
   dict->entries.emplace_back(a.make_str(key), value);
 }
 
+Node* bool_node(pt::Arena& a, bool v) {
+  Node* n = a.make(Kind::Bool);
+  n->b = v;
+  return n;
+}
+
+// One rank's local state, in view file ids, for the computed merges.
+std::vector<ds::RankBytes> rank_bytes(const MountedTag& t, const ds::Param& p, size_t state) {
+  std::vector<ds::RankBytes> out;
+  const uint64_t es = pt::element_size(t.index->master_dtype);
+  for (const auto& s : p.slices) {
+    uint64_t n = 1;
+    for (int64_t d : s.shape) n *= uint64_t(d);
+    std::vector<pt::Extent> ext;
+    ds::slice_extents(s.stored.at(state), 0, n, es, ext);
+    for (auto& e : ext) e = t.map(e);
+    out.emplace_back(std::move(ext));
+  }
+  return out;
+}
+
+// SubparamShape as the converter pickles it: NEWOBJ of the dataclass, then BUILD with its fields
+// (shape: the published list, with a tuple at partition_dim; spec §10.5).
+const Node* subparam_shape_node(pt::Arena& a, const ds::SubParamRule& r) {
+  Node* obj = a.make(Kind::Object);
+  obj->callee = a.make_global("deepspeed.checkpoint.universal_checkpoint", "SubparamShape");
+  obj->args = a.make(Kind::Tuple);
+  obj->how = pt::Build::NewObj;
+  Node* st = a.make(Kind::Dict);
+  Node* patterns = a.make(Kind::List);
+  for (const auto& s : r.patterns) patterns->items.push_back(a.make_str(s));
+  Node* shape = a.make(Kind::List);
+  for (size_t k = 0; k < r.shape.size(); ++k) {
+    if (!r.is_tuple[k]) {
+      shape->items.push_back(a.make_int(r.shape[k].at(0)));
+      continue;
+    }
+    Node* tup = a.make(Kind::Tuple);
+    for (int64_t v : r.shape[k]) tup->items.push_back(a.make_int(v));
+    shape->items.push_back(tup);
+  }
+  set(st, a, "patterns", patterns);
+  set(st, a, "shape", shape);
+  set(st, a, "partition_dim", a.make_int(r.partition_dim));
+  obj->state = st;
+  return obj;
+}
+
+}  // namespace
+
+void merged_bytes(const MountedTag& t, const ds::Param& p, size_t state, pt::Tensor& out) {
+  const ds::TagIndex& ix = *t.index;
+  const std::string what = p.name + " (" + ix.state_names[state] + ")";
+  switch (p.rule) {
+    case ds::TpRule::Averaged:
+      out.append_computed(std::make_shared<ds::AveragedTensor>(rank_bytes(t, p, state), ix.master_dtype, what));
+      return;
+    case ds::TpRule::Replicated:
+      out.append_computed(std::make_shared<ds::ReplicatedTensor>(rank_bytes(t, p, state), ix.master_dtype, what));
+      return;
+    case ds::TpRule::Cat:
+      // A cat on dim 0 is each rank's bytes in turn: a few extents, nothing computed.
+      if (p.cat_dim == 0) {
+        const auto extents = ds::merged_extents(ix, p, state);
+        for (const auto& e : *extents) out.data.push_back(t.map(e));
+        return;
+      }
+      [[fallthrough]];
+    default:
+      out.append_computed(std::make_shared<ds::ConcatenatedTensor>(ds::tp_cat_of(ix, p), rank_bytes(t, p, state),
+                                                                   ix.master_dtype, what));
+  }
+}
+
+void append_param_bytes(pt::VirtualFile& f, const MountedTag& t, const ds::Param& p, size_t state) {
+  if (!t.index->parallel()) {
+    for (const auto& fr : t.index->fragments(p, state)) f.append_extent(t.map(fr.extent));
+    return;
+  }
+  pt::Tensor x;
+  merged_bytes(t, p, state, x);
+  uint64_t left = p.numel * pt::element_size(t.index->master_dtype);  // a vocabulary cut is a prefix
+  for (pt::Extent e : x.data) {
+    if (left == 0) break;
+    if (e.file == pt::kComputedBytes && e.length > left)
+      throw Error(p.name + ": a computed merge with a vocabulary cut is not supported", EIO);
+    e.length = std::min(e.length, left);
+    left -= e.length;
+    pt::append_piece(f, x, e);
+  }
+}
+
+namespace {
+
+// zero/<param>/<state>.pt of a parallel checkpoint: the keys merge_tp_slices writes (§10.1).
+pt::VirtualFile parallel_state_file(const MountedTag& t, const ds::Param& p, size_t state) {
+  const ds::TagIndex& ix = *t.index;
+  pt::Arena a;
+  pt::Tensor x;
+  x.dtype = ix.master_dtype;
+  x.shape = p.shape;
+  x.write_storage_numel = p.merged_numel;             // the vocabulary cut keeps the padded storage (§10.3)
+  x.requires_grad = ix.state_names[state] == "fp32";  // a clone of the fp32 partition (§10.2)
+  merged_bytes(t, p, state, x);
+  Node* tensor = a.make_tensor_node(std::move(x));
+  Node* d = a.make(Kind::Dict);
+  switch (p.rule) {
+    case ds::TpRule::TwoSubParams:
+      set(d, a, "cat_dim", a.make_int(0));
+      set(d, a, "param_n_sub_params", a.make_int(2));
+      break;
+    case ds::TpRule::SubParams:
+      set(d, a, "sub_param_shape", subparam_shape_node(a, ix.sub_param_rules.at(size_t(p.sub_rule))));
+      break;
+    case ds::TpRule::Cat:
+      set(d, a, "cat_dim", a.make_int(p.cat_dim));
+      break;
+    default:
+      break;
+  }
+  if (p.vocab) set(d, a, "vocab_tensor", bool_node(a, true));
+  set(d, a, "param", tensor);
+  return pt::build_pt(d, stem(ix.state_names[state].c_str()));
+}
+
 }  // namespace
 
 pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t state, bool bare) {
+  if (t.index->parallel()) return parallel_state_file(t, p, state);
   pt::Arena a;
   std::vector<pt::Extent> data;
   for (const auto& f : t.index->fragments(p, state)) data.push_back(t.map(f.extent));

@@ -1,5 +1,7 @@
 // <T>_universal/: the universal checkpoint ds_to_universal.py would write, under both model-state
 // name families (spec §6.6), and latest_universal beside `latest`.
+#include <filesystem>
+
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/view/param_names.h"
 #include "zeromount/view/provider.h"
@@ -22,9 +24,13 @@ class UniversalProvider final : public Provider {
     const uint64_t u = cx.add_top_dir(ix.tag + kSuffix, kind(), mtime);
     if (!u) return;
     Tree& tree = cx.tree();
-    cx.add_real_file(u, ds::model_states_name(0), ix.model_files.at(0));
-    for (int r = 0; r < ix.dp; ++r)
-      cx.add_real_file(u, ds::zero_model_states_name(r, 0), ix.model_files.at(ix.stage == 3 ? size_t(r) : 0));
+    if (ix.parallel()) {  // the converter copies every model-state file, under its own name (§5)
+      for (const auto& f : ix.mp_files) cx.add_real_file(u, std::filesystem::path(f).filename().string(), f);
+    } else {
+      cx.add_real_file(u, ds::model_states_name(0), ix.model_files.at(0));
+      for (int r = 0; r < ix.dp; ++r)
+        cx.add_real_file(u, ds::zero_model_states_name(r, 0), ix.model_files.at(ix.stage == 3 ? size_t(r) : 0));
+    }
     const uint64_t zero = tree.add_dir(u, "zero", mtime);
     const MountedTag* t = &tag;
     tree.add_file(zero, "optimizer_state.pt", mtime, [t] { return optimizer_state_file(*t); });

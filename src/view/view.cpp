@@ -53,7 +53,7 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   for (const auto& t : dir.tags) tag_dirs.push_back((fs::path(dir.root) / t).string());
   for (const auto& td : tag_dirs) {
     bool hit = false;
-    auto ix = ds::index_tag_cached(td, &hit);
+    auto ix = ds::index_tag_cached(td, &hit, opts.tp_strict);
     v->stats_.cache_hits += hit;
     auto mt = std::make_unique<MountedTag>();
     mt->index = ix.get();

@@ -22,8 +22,8 @@ def table(section):
     body = text[text.index(f"## {section}\n"):]
     rows = []
     for line in body.splitlines()[1:]:
-        if line.startswith("## "):
-            break
+        if rows and not line.startswith("|"):
+            break  # the first table only
         if line.startswith("|") and not re.match(r"^\|[-| ]+\|$", line):
             rows.append([c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))])
     return rows[1:]  # without the header

@@ -250,13 +250,18 @@ TEST(BrokenCheckpoint, ExtraRankFileDisagreesWithWorldSize) {
   EXPECT_NE(err.find("mp_rank_00_model_states.pt"), std::string::npos) << err;
 }
 
-TEST(BrokenCheckpoint, UnsupportedLayoutsAreRefusedClearly) {
+TEST(BrokenCheckpoint, IncompleteParallelGridsAreRefusedClearly) {
+  // A second model-state file makes a (pp, tp) grid of two cells, whose rank-1 files are missing.
   const std::string d = copy_tag("z2_ws2_fp32_pg2");
   fs::copy(d + "/mp_rank_00_model_states.pt", d + "/mp_rank_01_model_states.pt");
-  EXPECT_NE(index_error(d).find("model-parallel"), std::string::npos) << index_error(d);
+  EXPECT_NE(index_error(d).find("Checkpoint model-state file count 2 does not match"), std::string::npos)
+      << index_error(d);
+  // Layer files without a layer_01* one: DeepSpeed's _validate_folder text.
   const std::string e = copy_tag("z2_ws2_fp32_pg2");
-  fs::copy(e + "/mp_rank_00_model_states.pt", e + "/layer_01-model_00-model_states.pt");
-  EXPECT_NE(index_error(e).find("pipeline-parallel"), std::string::npos) << index_error(e);
+  fs::copy(e + "/mp_rank_00_model_states.pt", e + "/layer_02-model_00-model_states.pt");
+  EXPECT_NE(index_error(e).find("seems a bogus DeepSpeed checkpoint folder: Cannot find layer_01* files"),
+            std::string::npos)
+      << index_error(e);
 }
 
 }  // namespace

@@ -20,6 +20,8 @@ CheckpointDir scan_checkpoint(const std::string& path);
 
 // Indexes one tag folder. Reads only pickles. Throws zm::Error naming the file (and parameter)
 // when the checkpoint is incomplete, inconsistent or of a layout that is not supported.
-std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir);
+// `tp_strict` refuses universal_checkpoint_info patterns that match no parameter, as
+// ds_to_universal.py does without --no_strict.
+std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict = true);
 
 }  // namespace zm::ds

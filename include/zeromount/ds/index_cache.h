@@ -13,7 +13,7 @@ namespace zm::ds {
 
 std::string index_cache_dir();  // "" when there is no usable cache folder
 // index_tag() through the cache. `hit` (if given) tells whether the cache served it.
-std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit = nullptr);
+std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit = nullptr, bool tp_strict = true);
 
 // Exposed for tests.
 std::string serialize_index(const TagIndex& ix);

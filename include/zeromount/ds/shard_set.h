@@ -24,8 +24,7 @@ class ShardSet {
 
   // Elements [first, first + count) of a 1-D view of `t`, as bytes of shard `shard`.
   // `what` names the parameter in the error when the slice runs past the tensor.
-  static pt::Extent slice(const Field& tensor, uint32_t shard, uint64_t first, uint64_t count,
-                          const std::string& what);
+  static pt::Extent slice(const Field& tensor, uint32_t shard, uint64_t first, uint64_t count, const std::string& what);
 
  private:
   TagIndex& index_;

@@ -50,6 +50,23 @@ inline uint64_t valid_on_rank(uint64_t n, uint64_t part, uint64_t rank) {
   return begin >= n ? 0 : (n - begin < part ? n - begin : part);
 }
 
+// How a parameter's tensor-parallel slices make its universal tensor: ds_to_universal.py's
+// merge_tp_slices rules (spec tensor-pipeline-expert.md §4.3), chosen once at index time.
+enum class TpRule : uint8_t {
+  Cat,           // rules 5 / 6: torch.cat on cat_dim (1 row-parallel, 0 default); also T = 1
+  Replicated,    // rule 1: slice 0 (the others must be equal)
+  Averaged,      // rule 2: sum(slices) / T
+  TwoSubParams,  // rule 3: SwiGLU halves, cat on dim 0
+  SubParams,     // rule 4: parameter_with_sub_params
+};
+const char* tp_rule_name(TpRule r);
+
+// One tensor-parallel rank's local tensor L_t: its shape and, per state, its ZeRO-DP pieces.
+struct TpSlice {
+  std::vector<int64_t> shape;
+  std::vector<std::vector<Fragment>> stored;  // [state] -> pieces in dp order
+};
+
 struct Param {
   std::string name;
   std::vector<int64_t> shape;
@@ -61,6 +78,23 @@ struct Param {
   // Stage 1/2: stored[k] = the pieces of state TagIndex::state_names[k], in rank order, as each
   // rank's param_slice_mappings place them. Stage 3 computes them (TagIndex::fragments).
   std::vector<std::vector<Fragment>> stored;
+  // Parallel checkpoints (TagIndex::parallel()): the slices and the rule that merges them. `shape`
+  // is then the universal shape (after a vocabulary cut), `stored` is empty.
+  std::vector<TpSlice> slices;
+  TpRule rule = TpRule::Cat;
+  int cat_dim = 0;
+  bool vocab = false;                            // vocabulary_parameter_patterns: rows cut to original_vocab_size
+  int sub_rule = -1;                             // SubParams: index into TagIndex::sub_param_rules
+  std::vector<std::vector<int64_t>> sub_widths;  // SubParams: per sub-parameter, per tp rank
+  uint64_t merged_numel = 0;                     // before the vocabulary cut (the file's storage)
+};
+
+// One entry of universal_checkpoint_info's parameter_with_sub_params, re-emitted as SubparamShape.
+struct SubParamRule {
+  std::vector<std::string> patterns;
+  std::vector<std::vector<int64_t>> shape;  // per dimension; at partition_dim the sub-parameter sizes
+  std::vector<bool> is_tuple;               // which entries were tuples (-1 / sizes otherwise)
+  int partition_dim = 0;
 };
 
 // A tensor stored whole (or as rank partitions) in model-state files: buffers, frozen params.
@@ -82,6 +116,13 @@ struct TagIndex {
   int stage = 0;
   int dp = 0;  // data-parallel (ZeRO partition) size W
   int mp = 1;
+  int tp = 1, pp = 1;  // the (pp, tp, dp) grid; dp is `dp`
+  bool parallel() const { return tp > 1 || pp > 1; }
+  std::vector<std::string> mp_files;  // parallel: the model-state files the converter copies, sorted
+  std::vector<SubParamRule> sub_param_rules;
+  int64_t original_vocab_size = -1;  // universal_checkpoint_info, when present
+  // For inspect: each pattern list of universal_checkpoint_info, by key, in file order.
+  std::vector<std::pair<std::string, std::vector<std::string>>> patterns;
   OptimizerClass optimizer = OptimizerClass::DeepSpeedZeroOptimizer;
   bool bf16_optimizer = false;                  // optimizer == BF16_Optimizer (kept for the view)
   pt::DType master_dtype = pt::DType::F32;      // fp32 partitions and optimizer states
@@ -118,6 +159,8 @@ struct TagIndex {
   std::vector<uint32_t> optim_shard;
 
   // The pieces of state `state` of `p`, in rank order; concatenated they are the flat tensor.
+  // Parallel: the merged universal tensor (cut to `shape`), when the merge only moves bytes;
+  // an averaged parameter has none and throws (its bytes are computed: view/universal.h).
   std::vector<Fragment> fragments(const Param& p, size_t state) const;
   uint64_t state_bytes() const;  // sum over params and states
   const Param* find(const std::string& name) const;

@@ -8,7 +8,9 @@
 namespace zm::pt {
 
 // The modification time in nanoseconds: the part of a file's identity that a rewrite changes.
-inline int64_t mtime_ns(const struct stat& s) { return int64_t(s.st_mtim.tv_sec) * 1000000000 + s.st_mtim.tv_nsec; }
+inline int64_t mtime_ns(const struct stat& s) {
+  return int64_t(s.st_mtim.tv_sec) * 1000000000 + s.st_mtim.tv_nsec;
+}
 
 class File {
  public:

@@ -20,4 +20,7 @@ struct PtOptions {
 
 VirtualFile build_pt(const Node* root, const PtOptions& opts = {});
 
+// Appends one piece of a tensor's data (value.h): file bytes, zero fill or computed bytes.
+void append_piece(VirtualFile& vf, const Tensor& t, const Extent& e);
+
 }  // namespace zm::pt

@@ -27,7 +27,7 @@ inline constexpr uint32_t kZeroFill = 0xFFFFFFFFu;       // `length` zero bytes
 inline constexpr uint32_t kComputedBytes = 0xFFFFFFFEu;  // Tensor::computed[offset], `length` bytes
 
 struct Node;
-class Computed;
+class Computed;  // virtual_file.h
 
 // A tensor as _rebuild_tensor_v2 describes it. Offsets and strides are in elements.
 struct Tensor {
@@ -43,11 +43,17 @@ struct Tensor {
   // Writer: this tensor is a view (shape, storage_offset) into the storage of `storage_of`, whose
   // own data are written once, as torch saves views of one flat buffer.
   const Tensor* storage_of = nullptr;
+  // Writer: a storage longer than the shape (a vocabulary cut keeps its padding rows); 0 = numel().
+  uint64_t write_storage_numel = 0;
   std::vector<std::shared_ptr<const Computed>> computed;  // writer: what kComputedBytes extents name
 
   uint64_t numel() const;
   bool contiguous() const;
   uint64_t nbytes() const { return numel() * element_size(dtype); }
+  uint64_t write_numel() const { return write_storage_numel > numel() ? write_storage_numel : numel(); }
+  uint64_t write_bytes() const { return write_numel() * element_size(dtype); }  // the storage record
+  // Writer: appends bytes computed on read (a precision change, a tensor-parallel merge).
+  void append_computed(std::shared_ptr<const Computed> c);
   // Byte offset of element 0 in the source file (reader side).
   uint64_t byte_offset() const { return record_offset + uint64_t(storage_offset) * element_size(dtype); }
 };

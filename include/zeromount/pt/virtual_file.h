@@ -36,7 +36,7 @@ struct Segment {
   uint64_t start = 0;  // offset in the virtual file
   uint64_t length = 0;
   Kind kind = Inline;
-  uint32_t file = 0;  // an id in the table the ExtentReader serves
+  uint32_t file = 0;    // an id in the table the ExtentReader serves
   uint64_t offset = 0;  // Inline: into the blob; Stored: into the file; Computed: index in computed()
 };
 

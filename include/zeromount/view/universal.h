@@ -13,6 +13,11 @@ namespace zm::view {
 
 // zero/<param>/<state>.pt: {'cat_dim': 0, 'param': tensor} (or a bare tensor when `bare`).
 pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t state, bool bare);
+// The bytes of `p`'s state `state` (its universal tensor, cut to p.shape) appended to `f`: the
+// fragments of a data-parallel checkpoint, the merge of a parallel one (extents, or computed).
+void append_param_bytes(pt::VirtualFile& f, const MountedTag& t, const ds::Param& p, size_t state);
+// Parallel: the merged storage of `p`'s state into `out` (data extents or a computed source).
+void merged_bytes(const MountedTag& t, const ds::Param& p, size_t state, pt::Tensor& out);
 // zero/<param>/step.pt: the step as the source optimizer stored it.
 pt::VirtualFile step_file(const MountedTag& t, const ds::StepValue& step);
 // zero/optimizer_state.pt: what every target stage's universal loader reads, without flat tensors.

@@ -31,6 +31,7 @@ struct ViewOptions {
   size_t cache_bytes = 16u << 20;           // built headers kept in memory; tensor bytes are never cached
   std::vector<std::string> layout_presets;  // -o layouts=a,b: targets listed in layouts/ (spec §6)
   std::string layouts_dir = "layouts";      // -o layouts_dir=NAME: where the faked layouts live
+  bool tp_strict = true;  // refuse unused universal_checkpoint_info patterns (ds_to_universal --no_strict: false)
 };
 
 struct MountStats {

@@ -1,0 +1,49 @@
+#pragma once
+// Tensor / pipeline parallel checkpoints (spec tensor-pipeline-expert.md; docs/tp-pp-plan.md):
+// the (pp, tp, dp) grid of files, universal_checkpoint_info and the merge rule of each
+// parameter. Private to src/ds.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "zeromount/ds/field.h"
+#include "zeromount/ds/tag_index.h"
+#include "zeromount/ds/tp_pattern.h"
+
+namespace zm::ds {
+
+// universal_checkpoint_info, decoded (§3). Each category keeps its patterns in file order.
+struct UcInfo {
+  struct Category {
+    std::string key;
+    std::vector<TpPattern> patterns;
+  };
+  Category replicated{"tp_replicated_parameter_patterns", {}}, average{"parameter_to_average_patterns", {}},
+      two_sub{"parameter_with_2_sub_params_cat_dim_0", {}}, row{"parameter_with_row_parallelism_patterns", {}},
+      vocab{"vocabulary_parameter_patterns", {}}, pipeline_replicated{"pipeline_replicated_parameter_patterns", {}};
+  std::vector<std::vector<TpPattern>> sub_params;                   // per SubParamRule, its patterns
+  std::map<std::string, std::vector<std::vector<int64_t>>> widths;  // sub_param_shard_widths
+  double version = 0;
+  bool has_any_pattern() const;
+};
+
+// Decodes `info` into `uc`, and what the view re-emits (sub-parameter rules, vocabulary size,
+// the pattern lists for inspect) into `index`. Refuses unsupported AutoTP layouts (§4.1).
+UcInfo read_uc_info(TagIndex& index, const Field& info);
+
+// Chooses each parameter's rule in merge_tp_slices' order and checks the merged shapes (§4.3);
+// `strict` refuses patterns that no parameter used, as the converter does without --no_strict.
+void assign_tp_rules(TagIndex& index, const UcInfo& uc, bool strict);
+
+// index_tag() for a checkpoint with more than one model-parallel file, layer files or expert files.
+void index_parallel(TagIndex& index, bool strict);
+
+// Python's repr of a list of str, for messages that read like DeepSpeed's.
+std::string py_str_list(const std::vector<std::string>& v);
+
+}  // namespace zm::ds
+
+namespace zm::ds {
+// The tag folder holds files of more than one model-parallel rank, layer files or expert files.
+bool is_parallel_tag(const std::string& dir);
+}  // namespace zm::ds

@@ -1,0 +1,134 @@
+"""Real mounts of the tensor-, pipeline- and expert-parallel fixtures (issue 15): `<T>_universal`
+equals DeepSpeed's ds_to_universal.py output (file list, every tensor bit for bit, every extra key
+of every per-parameter dict), model.safetensors holds the merged tensors, and the checkpoints
+DeepSpeed refuses are refused with the reason."""
+import os
+import pickle
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from test_browse import read_safetensors
+
+from conftest import FIXTURES, ZEROMOUNT, mount
+
+TAG = "global_step2"
+PARALLEL = ["tp2_dp1_z1", "tp2_dp2_z2", "tp2_dp1_z3", "tp2_dp1_z1_fused", "tp2_dp1_z1_avg", "tp2_dp1_z1_swiglu",
+            "pp2_dp1_z1", "pp2_tp2_z1_patterns", "tp2_dp1_z2_frozen"]
+# Mount options and the converter output each fixture is compared with.
+OPTIONS = {"tp2_dp1_z2_frozen": ["--tp-no-strict"]}
+REF = {"tp2_dp1_z2_frozen": "ds_to_universal_no_strict"}
+REFUSED = {
+    "tp2_dp1_z2_frozen": "Unused patterns=['^norm\\\\.bias$'] while merging tp slices",
+    "moe_ep2_z2": "Required universal_checkpoint_info state is missing",
+    "pp2_dp2_z1_tiedsplit": "RuntimeError: shape '[16, 16]' is invalid for input of size 352",
+}
+
+
+@pytest.fixture(scope="module", params=PARALLEL)
+def mnt(request):
+    with mount(os.path.join(FIXTURES, request.param, "checkpoint"), *OPTIONS.get(request.param, [])) as m:
+        yield request.param, m
+
+
+def ref_dir(name):
+    return os.path.join(FIXTURES, name, REF.get(name, "ds_to_universal"), f"{TAG}_universal")
+
+
+def listing(root):
+    out = set()
+    for d, _, files in os.walk(root):
+        for f in files:
+            out.add(os.path.relpath(os.path.join(d, f), root))
+    return out
+
+
+def test_file_list_equals_the_converter(mnt):
+    name, m = mnt
+    assert listing(f"{m}/{TAG}_universal") == listing(ref_dir(name))
+
+
+def storage_bits(t):
+    """The whole storage (a vocabulary tensor keeps its padding rows there), as integers."""
+    whole = t.detach().new_empty(0).set_(t.detach().storage())
+    return whole.view(torch.int32) if t.dtype == torch.float32 else whole
+
+
+def same_value(a, b):
+    if isinstance(a, torch.Tensor):
+        return (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and
+                a.stride() == b.stride() and a.storage_offset() == b.storage_offset() and
+                a.requires_grad == b.requires_grad and torch.equal(storage_bits(a), storage_bits(b)))
+    if hasattr(a, "__dict__") and not isinstance(a, type):
+        return type(a).__name__ == type(b).__name__ and vars(a) == vars(b)
+    return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("weights_only", [True, False])
+def test_every_file_equals_the_converter(mnt, weights_only):
+    name, m = mnt
+    ref = ref_dir(name)
+    checked = 0
+    for rel in sorted(listing(ref)):
+        if not rel.startswith("zero/") or rel == "zero/optimizer_state.pt":
+            continue
+        try:
+            theirs = torch.load(f"{ref}/{rel}", weights_only=weights_only)
+        except pickle.UnpicklingError:  # SubparamShape is no weights-only class: ours must fail alike
+            with pytest.raises(pickle.UnpicklingError):
+                torch.load(f"{m}/{TAG}_universal/{rel}", weights_only=weights_only)
+            continue
+        ours = torch.load(f"{m}/{TAG}_universal/{rel}", weights_only=weights_only)
+        if isinstance(theirs, dict):
+            assert list(ours) == list(theirs), rel  # the keys, in the converter's order
+            for k in theirs:
+                assert same_value(ours[k], theirs[k]), f"{rel}: {k}"
+        else:
+            assert same_value(ours, theirs), rel
+        checked += 1
+    assert checked >= 10
+
+
+def test_model_states_are_byte_identical(mnt):
+    name, m = mnt
+    ref = ref_dir(name)
+    for f in os.listdir(ref):
+        if f.endswith("_model_states.pt"):
+            with open(f"{m}/{TAG}_universal/{f}", "rb") as a, open(f"{ref}/{f}", "rb") as b:
+                assert a.read() == b.read(), f
+
+
+def test_model_safetensors_holds_the_merged_params(mnt):
+    name, m = mnt
+    ref = ref_dir(name)
+    st = read_safetensors(f"{m}/{TAG}_fp32/model.safetensors")
+    for p in os.listdir(f"{ref}/zero"):
+        if os.path.isdir(f"{ref}/zero/{p}"):
+            want = torch.load(f"{ref}/zero/{p}/fp32.pt", weights_only=False)
+            want = want["param"] if isinstance(want, dict) else want
+            assert torch.equal(torch.from_numpy(st[p].copy()), want.detach()), p
+
+
+def test_params_npy_holds_the_merged_params(mnt):
+    name, m = mnt
+    ref = ref_dir(name)
+    for p in os.listdir(f"{ref}/zero"):
+        if os.path.isdir(f"{ref}/zero/{p}"):
+            for state in ("fp32", "exp_avg"):
+                want = torch.load(f"{ref}/zero/{p}/{state}.pt", weights_only=False)
+                want = want["param"] if isinstance(want, dict) else want
+                ours = torch.from_numpy(np.load(f"{m}/{TAG}_params/{p}/{state}.npy"))
+                assert torch.equal(ours, want.detach()), f"{p}/{state}"
+            with open(f"{m}/{TAG}_params/{p}/info") as fh:
+                assert "merge" in fh.read()
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_with_the_reason(name):
+    with mount(os.path.join(FIXTURES, name, "checkpoint"), expect_fail=True) as r:
+        assert REFUSED[name] in r.stderr, r.stderr
+    out = subprocess.run([ZEROMOUNT, "inspect", os.path.join(FIXTURES, name, "checkpoint")], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0 and REFUSED[name] in out.stderr, out.stderr
