@@ -45,6 +45,30 @@ StepValue::Kind common_step_kind(const TagIndex& index) {
 
 }  // namespace
 
+bool tag_order(const std::string& a, const std::string& b) {
+  // Numbers compare as numbers: global_step20 before global_step100, as training wrote them.
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (isdigit((unsigned char)a[i]) && isdigit((unsigned char)b[j])) {
+      size_t i2 = i, j2 = j;
+      while (i2 < a.size() && isdigit((unsigned char)a[i2])) ++i2;
+      while (j2 < b.size() && isdigit((unsigned char)b[j2])) ++j2;
+      const std::string x = a.substr(i, i2 - i), y = b.substr(j, j2 - j);
+      const std::string xs = x.substr(std::min(x.find_first_not_of('0'), x.size())),
+                        ys = y.substr(std::min(y.find_first_not_of('0'), y.size()));
+      if (xs.size() != ys.size()) return xs.size() < ys.size();
+      if (xs != ys) return xs < ys;
+      i = i2;
+      j = j2;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
 CheckpointDir scan_checkpoint(const std::string& path) {
   CheckpointDir c;
   std::error_code ec;
@@ -53,9 +77,21 @@ CheckpointDir scan_checkpoint(const std::string& path) {
   if (!fs::is_directory(c.root)) throw Error(path + ": not a directory", ENOTDIR);
   if (fs::is_regular_file(fs::path(c.root) / "latest")) c.latest = read_small(fs::path(c.root) / "latest");
   c.root_is_tag = holds_optim_states(c.root);
-  for (const auto& e : fs::directory_iterator(c.root, ec))
-    if (e.is_directory() && holds_optim_states(e.path())) c.tags.push_back(e.path().filename().string());
-  std::sort(c.tags.begin(), c.tags.end());
+  // A tag folder reached twice (a real one and an alias link to it) is one tag, under its real
+  // name; a link to a folder elsewhere is a tag under the link's name.
+  std::map<std::string, std::pair<bool, std::string>> by_target;  // canonical -> (is a link, name)
+  for (fs::directory_iterator it(c.root, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (!it->is_directory(e2) || !holds_optim_states(it->path())) continue;
+    const std::string target = fs::canonical(it->path(), e2).string();
+    if (e2) continue;
+    const bool link = it->is_symlink(e2);
+    const std::string name = it->path().filename().string();
+    auto [at, fresh] = by_target.try_emplace(target, link, name);
+    if (!fresh && at->second.first && (!link || name < at->second.second)) at->second = {link, name};
+  }
+  for (const auto& [target, named] : by_target) c.tags.push_back(named.second);
+  std::sort(c.tags.begin(), c.tags.end(), tag_order);
   return c;
 }
 

@@ -89,6 +89,16 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   }
 }
 
+void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+  const view::View& v = view_of(req);
+  try {
+    const std::string target = v.readlink(v.inode(ino));
+    fuse_reply_readlink(req, target.c_str());
+  } catch (...) {
+    fuse_reply_err(req, current_errno(req, "readlink", v.tree().get(ino)));
+  }
+}
+
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const view::View& v = view_of(req);
   try {
@@ -117,7 +127,7 @@ void readdir_impl(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
       } else {
         struct stat st {};
         st.st_ino = e->node->ino;
-        st.st_mode = e->node->dir ? S_IFDIR : S_IFREG;
+        st.st_mode = e->node->dir ? S_IFDIR : e->node->link.empty() ? S_IFREG : S_IFLNK;
         len = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st, off_t(e->next));
       }
       if (len > size - used) break;
@@ -221,6 +231,7 @@ fuse_lowlevel_ops make_ops() {
   ops.init = op_init;
   ops.lookup = op_lookup;
   ops.getattr = op_getattr;
+  ops.readlink = op_readlink;
   ops.opendir = op_opendir;
   ops.readdir = op_readdir;
   ops.readdirplus = op_readdirplus;

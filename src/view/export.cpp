@@ -43,6 +43,7 @@ struct Job {
 
 void collect(const View& v, const Inode& n, const std::string& path, std::vector<Job>& files,
              std::vector<std::string>& dirs) {
+  if (!n.link.empty()) return;  // made-up folders hold no links
   if (!n.dir) {
     files.push_back({&n, path});
     return;

@@ -12,7 +12,7 @@ class Fp32Provider final : public Provider {
 
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
-    const uint64_t d = cx.add_top_dir(tag.index->tag + "_fp32", kind(), mtime);
+    const uint64_t d = cx.add_top_dir(tag.index->tag + "_fp32", kind(), mtime, {&tag});
     if (!d) return;
     const MountedTag* t = &tag;
     cx.tree().add_file(d, "model.safetensors", mtime, [t] { return model_safetensors(*t, Weights::Master); });

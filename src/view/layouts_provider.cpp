@@ -163,7 +163,7 @@ class LayoutsProvider final : public Provider {
       }
       listed.push_back(name);
     }
-    const uint64_t dir = cx.add_top_dir(o.layouts_dir, kind(), mtime);
+    const uint64_t dir = cx.add_top_dir(o.layouts_dir, kind(), mtime, tags);
     if (!dir) return;  // a real SRC/layouts wins (ProviderContext logged it); -o layouts_dir=NAME
     cx.add_text(dir, "README", readme(o.layouts_dir, own, listed), mtime);
 

@@ -4,24 +4,54 @@
 
 namespace zm::view {
 
+Access access_of(const struct stat& st) {
+  return {uint32_t(st.st_mode) & 0555u, st.st_uid, st.st_gid, true};
+}
+
 bool ProviderContext::taken(const std::string& name) {
   if (!tree_.lookup(Tree::kRoot, name)) return false;
   spdlog::warn("{}: a real entry of that name exists; showing it instead of a made-up one", name);
   return true;
 }
 
-uint64_t ProviderContext::add_top_dir(const std::string& name, const char* kind, struct timespec mtime) {
+Access least_of(const std::vector<Access>& all) {
+  Access a;
+  for (const Access& x : all) {
+    if (!a.set) {
+      a = x;
+      continue;
+    }
+    a.perm &= x.perm;
+    if (x.uid != a.uid) a.perm &= ~0700u;  // another owner: the owner class may not read both
+    if (x.gid != a.gid) a.perm &= ~0070u;
+  }
+  return a;
+}
+
+uint64_t ProviderContext::add_top_dir(const std::string& name, const char* kind, struct timespec mtime,
+                                      const std::vector<const MountedTag*>& from) {
   if (taken(name)) return 0;
   const uint64_t ino = tree_.add_dir(Tree::kRoot, name, mtime);
   tree_.mark_made_by(ino, kind);
+  std::vector<Access> folders, files;
+  for (const MountedTag* t : from) {
+    folders.push_back(t->folder);
+    files.push_back(t->files);
+  }
+  Access dir = least_of(folders), file = least_of(files);
+  dir.perm &= 0555;
+  file.perm &= 0444;
+  tree_.set_access(ino, dir, file);
   return ino;
 }
 
 uint64_t ProviderContext::add_top_text(const std::string& name, const char* kind, std::string text,
-                                       struct timespec mtime) {
+                                       struct timespec mtime, Access access) {
   if (taken(name)) return 0;
   const uint64_t ino = add_text(Tree::kRoot, name, std::move(text), mtime);
   tree_.mark_made_by(ino, kind);
+  access.perm &= 0444;
+  tree_.set_access(ino, access);
   return ino;
 }
 
@@ -29,7 +59,7 @@ uint64_t ProviderContext::add_real_file(uint64_t parent, const std::string& name
   const uint32_t id = files_.add(path);
   const struct stat& st = files_.stat(id);
   const uint64_t size = uint64_t(st.st_size);
-  return tree_.add_file(
+  const uint64_t ino = tree_.add_file(
       parent, name, st.st_mtim,
       [id, size] {
         pt::VirtualFile f;
@@ -37,6 +67,8 @@ uint64_t ProviderContext::add_real_file(uint64_t parent, const std::string& name
         return f;
       },
       size);
+  tree_.set_access(ino, access_of(st));
+  return ino;
 }
 
 uint64_t ProviderContext::add_text(uint64_t parent, const std::string& name, std::string text, struct timespec mtime) {

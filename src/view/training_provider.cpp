@@ -17,7 +17,7 @@ class TrainingProvider final : public Provider {
     if (ix.parallel()) return;  // module weights are per tensor-parallel rank: not merged yet
     const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
     const std::string suffix = ix.module_dtype == pt::DType::BF16 ? "_bf16" : "_fp16";
-    const uint64_t d = cx.add_top_dir(ix.tag + suffix, kind(), mtime);
+    const uint64_t d = cx.add_top_dir(ix.tag + suffix, kind(), mtime, {&tag});
     if (!d) return;
     const MountedTag* t = &tag;
     cx.tree().add_file(d, "model.safetensors", mtime, [t] { return model_safetensors(*t, Weights::Training); });

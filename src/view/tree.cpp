@@ -53,6 +53,13 @@ uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespe
   return ino;
 }
 
+uint64_t Tree::add_link(uint64_t parent, const std::string& name, struct timespec mtime, std::string target) {
+  Inode n;
+  n.mtime = mtime;
+  n.link = std::move(target);
+  return add(parent, name, std::move(n), true);
+}
+
 const Inode* Tree::find(const Inode& dir, std::string_view name) const {
   auto it = dir.by_name.find(std::string(name));
   return it == dir.by_name.end() ? nullptr : &nodes_[it->second - 1];

@@ -21,7 +21,7 @@ class UniversalProvider final : public Provider {
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const ds::TagIndex& ix = *tag.index;
     const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
-    const uint64_t u = cx.add_top_dir(ix.tag + kSuffix, kind(), mtime);
+    const uint64_t u = cx.add_top_dir(ix.tag + kSuffix, kind(), mtime, {&tag});
     if (!u) return;
     Tree& tree = cx.tree();
     if (ix.parallel()) {  // the converter copies every model-state file, under its own name (§5)
@@ -53,8 +53,10 @@ class UniversalProvider final : public Provider {
     if (!latest) return;
     const Inode* u = cx.tree().lookup(Tree::kRoot, *latest + kSuffix);
     if (!u || u->made_by != kind()) return;
-    if (cx.tree().lookup(Tree::kRoot, "latest_universal")) return;  // SRC's own is shown as is
-    cx.add_top_text("latest_universal", kind(), *latest + kSuffix, cx.tree().get(Tree::kRoot)->mtime);
+    if (cx.tree().lookup(Tree::kRoot, "latest_universal")) return;       // SRC's own is shown as is
+    const Inode* real_latest = cx.tree().lookup(Tree::kRoot, "latest");  // its text comes from there
+    cx.add_top_text("latest_universal", kind(), *latest + kSuffix, cx.tree().get(Tree::kRoot)->mtime,
+                    real_latest ? real_latest->access : u->access);
   }
 };
 

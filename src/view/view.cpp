@@ -19,22 +19,37 @@ namespace fs = std::filesystem;
 
 void View::mirror(const std::string& real_dir, uint64_t dir) {
   std::vector<fs::directory_entry> entries;
-  for (const auto& e : fs::directory_iterator(real_dir)) entries.push_back(e);
+  std::error_code ec;
+  for (fs::directory_iterator it(real_dir, ec), end; !ec && it != end; it.increment(ec)) entries.push_back(*it);
+  if (ec) {  // shown as the kernel would: the folder with its own mode, which says who may list it
+    spdlog::warn("{}: cannot list ({}); shown empty", real_dir, ec.message());
+    return;
+  }
   std::sort(entries.begin(), entries.end(),
             [](const auto& a, const auto& b) { return a.path().filename() < b.path().filename(); });
   ProviderContext cx(tree_, files_, opts_, std::nullopt);
   for (const auto& e : entries) {
     const std::string name = e.path().filename().string();
-    std::error_code ec;
-    if (e.is_symlink(ec) && e.is_directory(ec)) {
-      spdlog::warn("{}: symbolic link to a folder is not shown", e.path().string());
-    } else if (e.is_directory(ec)) {
-      struct stat st {};
-      ::stat(e.path().c_str(), &st);
-      mirror(e.path().string(), tree_.add_dir(dir, name, st.st_mtim));
-    } else if (e.is_regular_file(ec)) {
-      cx.add_real_file(dir, name, e.path().string());
-      real_bytes_ += uint64_t(e.file_size(ec));
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) != 0) continue;  // gone since it was listed
+    try {
+      if (S_ISLNK(st.st_mode)) {
+        // Links stay links (dangling ones and loops included): readlink gives the stored target.
+        std::string target(size_t(st.st_size > 0 ? st.st_size : 4096), '\0');
+        const ssize_t n = ::readlink(e.path().c_str(), target.data(), target.size());
+        if (n < 0) continue;
+        target.resize(size_t(n));
+        tree_.set_access(tree_.add_link(dir, name, st.st_mtim, target), access_of(st));
+      } else if (S_ISDIR(st.st_mode)) {
+        const uint64_t d = tree_.add_dir(dir, name, st.st_mtim);
+        tree_.set_access(d, access_of(st));
+        mirror(e.path().string(), d);
+      } else if (S_ISREG(st.st_mode)) {
+        cx.add_real_file(dir, name, e.path().string());
+        real_bytes_ += uint64_t(st.st_size);
+      }
+    } catch (const Error& err) {
+      spdlog::warn("{}: not shown: {}", e.path().string(), err.what());
     }
   }
 }
@@ -45,6 +60,7 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   struct stat root_st {};
   ::stat(dir.root.c_str(), &root_st);
   std::unique_ptr<View> v(new View(opts, root_st.st_mtim));
+  v->tree_.set_access(Tree::kRoot, access_of(root_st));
   v->uid_ = getuid();
   v->gid_ = getgid();
 
@@ -54,14 +70,21 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   for (const auto& td : tag_dirs) {
     bool hit = false;
     auto ix = ds::index_tag_cached(td, &hit, opts.tp_strict);
+    ix->tag = fs::path(td).filename().string();  // a linked tag is named by its link, not its target
     v->stats_.cache_hits += hit;
     auto mt = std::make_unique<MountedTag>();
     mt->index = ix.get();
+    std::vector<Access> shard_access;
     for (const auto& s : ix->shards) {
       const uint32_t id = v->files_.add(s.path);
       v->files_.expect(id, s.size, s.mtime_ns, s.inode);
       mt->file_of_shard.push_back(id);
+      shard_access.push_back(access_of(v->files_.stat(id)));
     }
+    struct stat tag_st {};
+    ::stat(td.c_str(), &tag_st);
+    mt->folder = access_of(tag_st);
+    mt->files = least_of(shard_access);
     v->stats_.state_bytes += ix->state_bytes();
     v->stats_.params += ix->params.size();
     v->indexes_.push_back(std::move(ix));
@@ -75,8 +98,12 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   const std::string root_tag = dir.root_is_tag ? fs::path(dir.root).filename().string() : "";
   ProviderContext cx(tree, v->files_, v->opts_, dir.root_is_tag ? std::optional(root_tag) : dir.latest);
   if (dir.root_is_tag) {
-    v->mirror(dir.root, tree.add_dir(Tree::kRoot, root_tag, mtime));
-    cx.add_text(Tree::kRoot, "latest", root_tag, mtime);
+    const uint64_t tag_dir = tree.add_dir(Tree::kRoot, root_tag, mtime);
+    tree.set_access(tag_dir, access_of(root_st));
+    v->mirror(dir.root, tag_dir);
+    Access text = access_of(root_st);
+    text.perm &= 0444;
+    tree.set_access(cx.add_text(Tree::kRoot, "latest", root_tag, mtime), text);
   } else {
     v->mirror(dir.root, Tree::kRoot);
   }
@@ -100,19 +127,36 @@ const Inode& View::inode(uint64_t ino) const {
   return *n;
 }
 
+Access View::access(const Inode& n) const {
+  if (n.access.set) return n.access;
+  // Made-up entries below a top-level made-up folder: folders take its access, files its files_below.
+  for (const Inode* p = tree_.get(n.parent); p; p = p->ino == Tree::kRoot ? nullptr : tree_.get(p->parent)) {
+    const Access& a = n.dir ? p->access : p->files_below;
+    if (a.set) return a;
+  }
+  return {n.dir ? 0555u : 0444u, uid_, gid_, true};
+}
+
 struct stat View::attr(const Inode& n) const {
   struct stat st {};
   st.st_ino = n.ino;
-  st.st_uid = uid_;
-  st.st_gid = gid_;
+  const Access a = access(n);
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
   st.st_mtim = st.st_ctim = st.st_atim = n.mtime;
   st.st_blksize = kRequestBytes;
   if (n.dir) {
-    st.st_mode = S_IFDIR | 0555;
+    st.st_mode = S_IFDIR | (a.perm & 0555);
     st.st_nlink = 2;
     return st;
   }
-  st.st_mode = S_IFREG | 0444;
+  if (!n.link.empty()) {
+    st.st_mode = S_IFLNK | 0777;
+    st.st_nlink = 1;
+    st.st_size = off_t(n.link.size());
+    return st;
+  }
+  st.st_mode = S_IFREG | (a.perm & 0555);
   st.st_nlink = 1;
   uint64_t size = n.size.load(std::memory_order_relaxed);
   if (size == Inode::kUnknown && n.sizer) n.size.store(size = n.sizer(), std::memory_order_relaxed);
@@ -135,7 +179,13 @@ std::optional<DirEntry> View::dir_entry(const Inode& dir, uint64_t offset) const
   return DirEntry{n->name, n, offset + 1};
 }
 
+std::string View::readlink(const Inode& n) const {
+  if (n.link.empty()) throw Error(describe(n) + ": not a symbolic link", EINVAL);
+  return n.link;
+}
+
 OpenFile View::open(const Inode& n, int flags) const {
+  if (!n.link.empty()) throw Error(describe(n) + ": a symbolic link is resolved by the kernel", ELOOP);
   if (n.dir) throw Error(describe(n) + ": is a folder", EISDIR);
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) throw Error(describe(n) + ": read-only view", kChangeErrno);
   return OpenFile(n, content(n), files_);

@@ -114,6 +114,15 @@ def operations(m, tmp):
         ok = stat.S_IMODE(st.st_mode) == 0o444 and st.st_size == n and st.st_blksize == 1 << 20
         return None if ok else f"mode {oct(st.st_mode)} size {st.st_size} (read {n}) blksize {st.st_blksize}"
 
+    def readlink():
+        import shutil
+        src = os.path.join(tmp, "linked")
+        shutil.copytree(os.path.join(FIXTURES, SOURCE, "checkpoint"), src)
+        os.symlink("global_step3/../latest", os.path.join(src, "link"))
+        with mount(src) as m2:
+            got = os.readlink(os.path.join(m2, "link"))
+            return None if got == "global_step3/../latest" and os.path.islink(os.path.join(m2, "link")) else got
+
     def readdir():
         fd = os.open(d, os.O_RDONLY)
         try:
@@ -161,6 +170,7 @@ def operations(m, tmp):
     return {
         "lookup of a name that does not exist": lambda want: expect(want, lambda: os.stat(f"{m}/nope")),
         "stat of a file": lambda want: stat_file(),
+        "readlink of a symbolic link": lambda want: readlink(),
         "stat of a folder": lambda want: None if stat.S_IMODE(os.stat(d).st_mode) == 0o555 else oct(os.stat(d).st_mode),
         "readdir": lambda want: readdir(),
         "open read-only, read": lambda want: read(),

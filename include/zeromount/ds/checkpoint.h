@@ -12,11 +12,13 @@ namespace zm::ds {
 struct CheckpointDir {
   std::string root;                   // absolute
   std::optional<std::string> latest;  // content of `latest`, stripped
-  std::vector<std::string> tags;      // sub-folders that hold *_optim_states.pt files, sorted
+  std::vector<std::string> tags;      // sub-folders that hold *_optim_states.pt files, in tag_order
   bool root_is_tag = false;           // the folder itself holds the shards
 };
 
 CheckpointDir scan_checkpoint(const std::string& path);
+// Tag names in training order: embedded numbers compare as numbers (global_step20 < global_step100).
+bool tag_order(const std::string& a, const std::string& b);
 
 // Indexes one tag folder. Reads only pickles. Throws zm::Error naming the file (and parameter)
 // when the checkpoint is incomplete, inconsistent or of a layout that is not supported.

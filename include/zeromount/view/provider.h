@@ -15,6 +15,11 @@ namespace zm::view {
 
 struct ViewOptions;
 
+// A real entry's owner and permission bits, without write bits (the view is read-only).
+Access access_of(const struct stat& st);
+// The most any of `all` allows: bits all of them grant, owner classes only where owners agree.
+Access least_of(const std::vector<Access>& all);
+
 // What a provider may use while the tree is built: the tree, the file table and the options.
 class ProviderContext {
  public:
@@ -27,11 +32,16 @@ class ProviderContext {
   // The tag that SRC's `latest` names, if any.
   const std::optional<std::string>& latest() const { return latest_; }
 
-  // A top-level made-up folder or file, marked as made by `kind`. Returns 0, with one warning,
-  // when SRC already has an entry of that name: real entries always win.
-  uint64_t add_top_dir(const std::string& name, const char* kind, struct timespec mtime);
-  uint64_t add_top_text(const std::string& name, const char* kind, std::string text, struct timespec mtime);
-  // A file that is one whole real file (e.g. a model-state file under another name).
+  // A top-level made-up folder, marked as made by `kind`, readable by no more than the tags it is
+  // built from allow (their folders for folders, their least readable shard for files). Returns 0,
+  // with one warning, when SRC already has an entry of that name: real entries always win.
+  uint64_t add_top_dir(const std::string& name, const char* kind, struct timespec mtime,
+                       const std::vector<const MountedTag*>& from);
+  // `access`: that of the real entry its text comes from.
+  uint64_t add_top_text(const std::string& name, const char* kind, std::string text, struct timespec mtime,
+                        Access access);
+  // A file that is one whole real file (e.g. a model-state file under another name), with that
+  // file's owner and permissions.
   uint64_t add_real_file(uint64_t parent, const std::string& name, const std::string& path);
   // A file whose whole content is known now.
   uint64_t add_text(uint64_t parent, const std::string& name, std::string text, struct timespec mtime);

@@ -7,6 +7,7 @@
 // such folders cost nothing until used, and a name, once made, keeps its inode and meaning for
 // the life of the mount. Entries never disappear, so the kernel may cache every answer.
 // Appends take the tree's lock exclusively; every read takes it shared.
+#include <sys/types.h>
 #include <atomic>
 #include <cstdint>
 #include <ctime>
@@ -29,6 +30,15 @@ using Sizer = std::function<uint64_t()>;
 
 class Tree;
 
+// Who may read an entry: permission bits (never a write bit) and owner. Real entries carry their
+// source's; made-up ones carry what they are built from (see ProviderContext::add_top_dir).
+struct Access {
+  uint32_t perm = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  bool set = false;
+};
+
 // Entries of one folder made on demand. make() runs under the tree's exclusive lock and adds
 // entries with the Tree::add_* calls; it must not call lookup().
 class LazyDir {
@@ -48,10 +58,14 @@ struct Inode {
   uint64_t parent = 0;
   std::string name;
   bool dir = false;
+  std::string link;  // a symbolic link's target, as stored; empty for files and folders
   struct timespec mtime {};
   // For a top-level made-up entry, the Provider::kind() that made it; nullptr for real entries
   // and for everything below the top level.
   const char* made_by = nullptr;
+  // Unset: inherited from the nearest folder above that has one (files take its files_below).
+  Access access;
+  Access files_below;
   // Directories
   std::vector<uint64_t> children;  // eager entries, in listing order
   std::unordered_map<std::string, uint64_t> by_name;
@@ -68,8 +82,11 @@ struct Inode {
         parent(o.parent),
         name(std::move(o.name)),
         dir(o.dir),
+        link(std::move(o.link)),
         mtime(o.mtime),
         made_by(o.made_by),
+        access(o.access),
+        files_below(o.files_below),
         children(std::move(o.children)),
         by_name(std::move(o.by_name)),
         lazy(std::move(o.lazy)),
@@ -88,8 +105,13 @@ class Tree {
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build,
                     uint64_t size = Inode::kUnknown, bool listed = true);
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer);
+  uint64_t add_link(uint64_t parent, const std::string& name, struct timespec mtime, std::string target);
   void set_lazy(uint64_t dir, std::shared_ptr<const LazyDir> lazy) { nodes_.at(dir - 1).lazy = std::move(lazy); }
   void mark_made_by(uint64_t ino, const char* kind) { nodes_.at(ino - 1).made_by = kind; }
+  void set_access(uint64_t ino, Access self, Access files_below = {}) {
+    nodes_.at(ino - 1).access = self;
+    nodes_.at(ino - 1).files_below = files_below;
+  }
 
   // nullptr when absent (after asking the folder's LazyDir, if it has one).
   const Inode* lookup(uint64_t parent, std::string_view name) const;

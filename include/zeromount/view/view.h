@@ -69,7 +69,10 @@ class View {
   const Inode* lookup(uint64_t parent, std::string_view name) const { return tree_.lookup(parent, name); }
   // Throws ENOENT for an inode the view never handed out.
   const Inode& inode(uint64_t ino) const;
-  // Attributes as the kernel sees them: files 0444, folders 0555, sizes exact.
+  // Who may read `n`: a real entry's source owner and bits without write bits; a made-up one's
+  // from the top-level made-up folder above it (never more than what it is built from).
+  Access access(const Inode& n) const;
+  // Attributes as the kernel sees them: source-following owners and modes, no write bits, exact sizes.
   struct stat attr(const Inode& n) const;
   // How long the kernel may keep names and attributes: the view never changes while mounted.
   double cache_seconds() const { return 365.0 * 86400; }
@@ -80,6 +83,8 @@ class View {
   // EISDIR for a folder; EROFS for any write access mode or O_TRUNC; otherwise the file, built.
   OpenFile open(const Inode& n, int flags) const;
   FsStats statfs() const;
+  // A symbolic link's target; EINVAL for anything else.
+  std::string readlink(const Inode& n) const;
   // The errno of every operation that would change the tree (write, create, unlink, setattr, ...).
   static constexpr int kChangeErrno = EROFS;
 
