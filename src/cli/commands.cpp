@@ -113,6 +113,7 @@ int mount(const MountOptions& o) {
   vo.layout_presets = o.layout_presets;
   vo.layouts_dir = o.layouts_dir;
   vo.tp_strict = !o.tp_no_strict;
+  vo.tags = o.tags;
   auto view = view::View::load(o.source, vo);
   malloc_trim(0);  // give back what decoding the pickles used, before the server inherits it
   const auto& s = view->stats();
@@ -124,11 +125,14 @@ int mount(const MountOptions& o) {
   cfg.options = o.fuse_opts;
   cfg.threads = o.threads;
   cfg.debug = o.debug;
-  const std::string summary = fmt::format(
-      "mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed in {:.3f} s ({} "
-      "from cache)",
-      o.source, mountpoint, s.tags, s.params, s.files, s.shards, pt::human_bytes(s.state_bytes), s.index_seconds,
-      s.cache_hits);
+  const std::string summary =
+      fmt::format(
+          "mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed in {:.3f} s ({} "
+          "from cache)",
+          o.source, mountpoint, s.tags, s.params, s.files, s.shards, pt::human_bytes(s.state_bytes), s.index_seconds,
+          s.cache_hits) +
+      (s.refused_tags ? fmt::format("; {} tag(s) not served, see {}/.zeromount/errors", s.refused_tags, mountpoint)
+                      : "");
 
   auto tune = [&] {
     if (o.read_ahead_kb && !set_read_ahead(mountpoint, o.read_ahead_kb))

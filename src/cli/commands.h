@@ -24,6 +24,7 @@ struct MountOptions {
   bool debug = false;
   std::string log_level = "info";
   unsigned threads = 0;             // 0: libfuse's default
+  std::vector<std::string> tags;    // --tag: serve only these
   bool tp_no_strict = false;        // ds_to_universal.py --no_strict: unused TP patterns are not refused
   bool bare_zero3_tensors = false;  // stage-3 param files as bare tensors (DeepSpeed < 0.19.3)
   unsigned read_ahead_kb = view::kRequestBytes / 1024;  // one request ahead; 0: leave the kernel's 128 KiB

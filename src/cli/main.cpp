@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", m.threads, "FUSE worker threads (default: libfuse's)");
   app.add_option("--read-ahead-kb", m.read_ahead_kb, "mount readahead in KiB (root only; 0 leaves 128)")
       ->capture_default_str();
+  app.add_option("--tag", m.tags, "serve only this tag (repeatable); it must index, or the mount is refused");
   app.add_flag("--tp-no-strict", m.tp_no_strict,
                "like ds_to_universal.py --no_strict: do not refuse universal_checkpoint_info patterns that match no "
                "parameter (e.g. a frozen AutoTP parameter)");

@@ -8,6 +8,7 @@ std::unique_ptr<Provider> make_universal_provider();  // universal_provider.cpp
 std::unique_ptr<Provider> make_params_provider();     // params_provider.cpp
 std::unique_ptr<Provider> make_fp32_provider();       // fp32_provider.cpp
 std::unique_ptr<Provider> make_training_provider();   // training_provider.cpp
+std::unique_ptr<Provider> make_status_provider();     // status_provider.cpp
 std::unique_ptr<Provider> make_layouts_provider();    // layouts_provider.cpp
 
 const std::vector<std::unique_ptr<Provider>>& providers() {
@@ -17,6 +18,7 @@ const std::vector<std::unique_ptr<Provider>>& providers() {
     v.push_back(make_params_provider());
     v.push_back(make_fp32_provider());
     v.push_back(make_training_provider());
+    v.push_back(make_status_provider());
     v.push_back(make_layouts_provider());
     return v;
   }();

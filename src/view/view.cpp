@@ -54,6 +54,30 @@ void View::mirror(const std::string& real_dir, uint64_t dir) {
   }
 }
 
+void View::add_tag(const std::string& td) {
+  bool hit = false;
+  auto ix = ds::index_tag_cached(td, &hit, opts_.tp_strict);
+  ix->tag = fs::path(td).filename().string();  // a linked tag is named by its link, not its target
+  auto mt = std::make_unique<MountedTag>();
+  mt->index = ix.get();
+  std::vector<Access> shard_access;
+  for (const auto& s : ix->shards) {
+    const uint32_t id = files_.add(s.path);
+    files_.expect(id, s.size, s.mtime_ns, s.inode);
+    mt->file_of_shard.push_back(id);
+    shard_access.push_back(access_of(files_.stat(id)));
+  }
+  struct stat tag_st {};
+  ::stat(td.c_str(), &tag_st);
+  mt->folder = access_of(tag_st);
+  mt->files = least_of(shard_access);
+  stats_.cache_hits += hit;
+  stats_.state_bytes += ix->state_bytes();
+  stats_.params += ix->params.size();
+  indexes_.push_back(std::move(ix));
+  tags_.push_back(std::move(mt));
+}
+
 std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   const ds::CheckpointDir dir = ds::scan_checkpoint(source);
@@ -67,36 +91,35 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   std::vector<std::string> tag_dirs;
   if (dir.root_is_tag) tag_dirs.push_back(dir.root);
   for (const auto& t : dir.tags) tag_dirs.push_back((fs::path(dir.root) / t).string());
+  for (const auto& t : opts.tags)
+    if (std::find(dir.tags.begin(), dir.tags.end(), t) == dir.tags.end() &&
+        !(dir.root_is_tag && fs::path(dir.root).filename() == t))
+      throw Error(source + ": --tag " + t + ": no such tag folder (with *_optim_states.pt files)", ENOENT);
+  std::vector<TagError> errors;
   for (const auto& td : tag_dirs) {
-    bool hit = false;
-    auto ix = ds::index_tag_cached(td, &hit, opts.tp_strict);
-    ix->tag = fs::path(td).filename().string();  // a linked tag is named by its link, not its target
-    v->stats_.cache_hits += hit;
-    auto mt = std::make_unique<MountedTag>();
-    mt->index = ix.get();
-    std::vector<Access> shard_access;
-    for (const auto& s : ix->shards) {
-      const uint32_t id = v->files_.add(s.path);
-      v->files_.expect(id, s.size, s.mtime_ns, s.inode);
-      mt->file_of_shard.push_back(id);
-      shard_access.push_back(access_of(v->files_.stat(id)));
+    const std::string tag = fs::path(td).filename().string();
+    const bool named = std::find(opts.tags.begin(), opts.tags.end(), tag) != opts.tags.end();
+    if (!opts.tags.empty() && !named) continue;
+    // One tag that cannot be indexed (a save in progress, a truncated rank) never takes the rest of
+    // the folder down: it is shown as its real files only, and the reason is logged and kept in
+    // .zeromount/errors. A tag named with --tag must index.
+    try {
+      v->add_tag(td);
+    } catch (const Error& e) {
+      if (named) throw;
+      spdlog::error("{}: not served: {}", tag, e.what());
+      errors.push_back({tag, e.what()});
     }
-    struct stat tag_st {};
-    ::stat(td.c_str(), &tag_st);
-    mt->folder = access_of(tag_st);
-    mt->files = least_of(shard_access);
-    v->stats_.state_bytes += ix->state_bytes();
-    v->stats_.params += ix->params.size();
-    v->indexes_.push_back(std::move(ix));
-    v->tags_.push_back(std::move(mt));
   }
+  v->stats_.refused_tags = errors.size();
   const auto t1 = std::chrono::steady_clock::now();
 
   Tree& tree = v->tree_;
   const struct timespec mtime = root_st.st_mtim;
   // A tag folder mounted on its own becomes a checkpoint folder holding that one tag.
   const std::string root_tag = dir.root_is_tag ? fs::path(dir.root).filename().string() : "";
-  ProviderContext cx(tree, v->files_, v->opts_, dir.root_is_tag ? std::optional(root_tag) : dir.latest);
+  ProviderContext cx(tree, v->files_, v->opts_, dir.root_is_tag ? std::optional(root_tag) : dir.latest,
+                     std::move(errors));
   if (dir.root_is_tag) {
     const uint64_t tag_dir = tree.add_dir(Tree::kRoot, root_tag, mtime);
     tree.set_access(tag_dir, access_of(root_st));

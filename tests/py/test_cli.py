@@ -2,6 +2,7 @@
 both from `inspect` and from a mount that must not happen."""
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -65,8 +66,31 @@ def test_broken_checkpoints_are_refused_by_name(tmp_copy, name, how):
     r = run("inspect", d)
     assert r.returncode == 1
     assert NAMED[how] in r.stderr, r.stderr
-    with mount(d, expect_fail=True) as refused:
+    # A broken tag never takes the folder down: its real files stay, it gets no made-up folders, and
+    # the reason is in .zeromount/errors and the log. Named with --tag, it refuses the mount.
+    with mount(d) as m:
+        assert "global_step3_universal" not in os.listdir(m) and "global_step3" in os.listdir(m)
+        with open(f"{m}/.zeromount/errors") as f:
+            errors = f.read()
+        assert errors.startswith("global_step3: ") and NAMED[how] in errors, errors
+    with mount(d, "--tag", "global_step3", expect_fail=True) as refused:
         assert NAMED[how] in refused.stderr, refused.stderr
+
+
+def test_one_broken_tag_leaves_the_others_served(tmp_copy):
+    d = tmp_copy("z2_ws2_fp32_pg2")
+    shutil.copytree(f"{d}/global_step3", f"{d}/global_step4")
+    os.truncate(f"{d}/global_step4/zero_pp_rank_0_mp_rank_00_optim_states.pt", 100)  # a save in progress
+    with mount(d) as m:
+        names = os.listdir(m)
+        assert "global_step3_universal" in names and "global_step4_universal" not in names
+        assert "global_step4" in names
+        assert open(f"{m}/.zeromount/errors").read().startswith("global_step4: ")
+    with mount(d, "--tag", "global_step3") as m:
+        assert "global_step4_universal" not in os.listdir(m)
+        assert open(f"{m}/.zeromount/errors").read() == ""
+    with mount(d, "--tag", "global_step9", expect_fail=True) as refused:
+        assert "global_step9" in refused.stderr
 
 
 def test_mount_point_errors_are_clear(tmp_path):

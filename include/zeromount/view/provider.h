@@ -21,10 +21,17 @@ Access access_of(const struct stat& st);
 Access least_of(const std::vector<Access>& all);
 
 // What a provider may use while the tree is built: the tree, the file table and the options.
+// A tag that could not be indexed: it keeps its real files and gets no made-up folders.
+struct TagError {
+  std::string tag, reason;
+};
+
 class ProviderContext {
  public:
-  ProviderContext(Tree& tree, FileTable& files, const ViewOptions& opts, std::optional<std::string> latest)
-      : tree_(tree), files_(files), opts_(opts), latest_(std::move(latest)) {}
+  ProviderContext(Tree& tree, FileTable& files, const ViewOptions& opts, std::optional<std::string> latest,
+                  std::vector<TagError> errors = {})
+      : tree_(tree), files_(files), opts_(opts), latest_(std::move(latest)), errors_(std::move(errors)) {}
+  const std::vector<TagError>& errors() const { return errors_; }
 
   Tree& tree() { return tree_; }
   FileTable& files() { return files_; }
@@ -52,6 +59,7 @@ class ProviderContext {
   FileTable& files_;
   const ViewOptions& opts_;
   std::optional<std::string> latest_;
+  std::vector<TagError> errors_;
 };
 
 class Provider {

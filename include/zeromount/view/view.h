@@ -31,10 +31,12 @@ struct ViewOptions {
   size_t cache_bytes = 16u << 20;           // built headers kept in memory; tensor bytes are never cached
   std::vector<std::string> layout_presets;  // -o layouts=a,b: targets listed in layouts/ (spec §6)
   std::string layouts_dir = "layouts";      // -o layouts_dir=NAME: where the faked layouts live
+  std::vector<std::string> tags;            // --tag: serve only these (each must index); empty: every tag
   bool tp_strict = true;  // refuse unused universal_checkpoint_info patterns (ds_to_universal --no_strict: false)
 };
 
 struct MountStats {
+  size_t refused_tags = 0;
   size_t tags = 0, params = 0, files = 0, nodes = 0, shards = 0, cache_hits = 0;
   uint64_t state_bytes = 0;
   double index_seconds = 0;
@@ -95,6 +97,8 @@ class View {
  private:
   View(const ViewOptions& opts, struct timespec mtime) : opts_(opts), tree_(mtime) {}
   void mirror(const std::string& real_dir, uint64_t dir);
+  // Indexes one tag folder and registers its shards; throws zm::Error when it cannot be indexed.
+  void add_tag(const std::string& tag_dir);
 
   ViewOptions opts_;
   Tree tree_;
