@@ -163,3 +163,39 @@ def test_refused_with_the_reason(name):
     out = subprocess.run([ZEROMOUNT, "inspect", os.path.join(FIXTURES, name, "checkpoint")], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode != 0 and REFUSED[name] in out.stderr, out.stderr
+
+
+def autoep_copy(tmp_path, edit):
+    """autoep_ep2_z2's tag with its mp_rank_00 re-saved after `edit(state)`."""
+    import shutil
+    src = os.path.join(FIXTURES, "autoep_ep2_z2", "checkpoint", TAG)
+    dst = tmp_path / TAG
+    shutil.copytree(src, dst)
+    f = dst / "mp_rank_00_model_states.pt"
+    sd = torch.load(f, weights_only=False)
+    edit(sd)
+    torch.save(sd, f)
+    return subprocess.run([ZEROMOUNT, "inspect", str(dst)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ZEROMOUNT_NO_INDEX_CACHE": "1"})
+
+
+def test_autoep_dp_not_divisible_by_ep_is_refused(tmp_path):
+    def edit(sd):
+        for layers in (sd["ds_autoep_layers"], sd["universal_checkpoint_info"]["ds_autoep_layers"]):
+            layers[0].update(num_experts=6, num_local_experts=2, ep_size=3)
+    out = autoep_copy(tmp_path, edit)
+    assert out.returncode != 0 and "ZeRO DP degree 2 is not divisible by AutoEP size 3." in out.stderr, out.stderr
+
+
+def test_autoep_metadata_is_checked_as_deepspeed_does(tmp_path):
+    def edit(sd):
+        sd["ds_autoep_layers"][0]["num_experts"] = 5
+    out = autoep_copy(tmp_path, edit)
+    assert out.returncode != 0 and "AutoEP expert count mismatch for model.layers.0.mlp.experts" in out.stderr
+
+
+def test_autoep_contiguous_expert_order_is_accepted(tmp_path):
+    def edit(sd):
+        sd["ds_config"]["use_data_before_expert_parallelism"] = True
+    out = autoep_copy(tmp_path, edit)  # with dp 2 and ep 2 both orders give ranks [0] and [1]
+    assert out.returncode == 0 and "AutoEP experts" in out.stdout, out.stderr
