@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // 002: optimizer class, module dtype, step kind, loss scaler, module weights and frozen params.
-constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '2'};
+// 003: parallel sources (tensor-parallel slices, merge rules, patterns, AutoEP metadata).
+constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '3'};
 
 class Out {
  public:
@@ -45,6 +46,14 @@ class Out {
     for (int64_t d : v) i64(d);
   }
   void node(const pt::Node* n) { str(n ? pt::pickle_value(n).pickle : std::string()); }
+  void strs(const std::vector<std::string>& v) {
+    u64(v.size());
+    for (const auto& x : v) str(x);
+  }
+  void shapes(const std::vector<std::vector<int64_t>>& v) {
+    u64(v.size());
+    for (const auto& x : v) shape(x);
+  }
   std::string s;
 };
 
@@ -93,6 +102,16 @@ class In {
     if (p.empty()) return nullptr;
     auto none = [](const std::string&, uint64_t) -> uint64_t { throw FormatError("index cache: tensor in metadata"); };
     return pt::decode_pickle(p, arena, "index cache", none);
+  }
+  std::vector<std::string> strs() {
+    std::vector<std::string> v(count(8));
+    for (auto& x : v) x = str();
+    return v;
+  }
+  std::vector<std::vector<int64_t>> shapes() {
+    std::vector<std::vector<int64_t>> v(count(8));
+    for (auto& x : v) x = shape();
+    return v;
   }
   bool done() const { return at_ == b_.size(); }
 
@@ -182,6 +201,86 @@ LossScaler scaler_in(In& in) {
   return ls;
 }
 
+// What index_parallel adds to a parameter (tag_index.h): its slices and its merge rule.
+void parallel_param_out(Out& o, const Param& p) {
+  o.u64(p.slices.size());
+  for (const auto& sl : p.slices) {
+    o.shape(sl.shape);
+    o.u64(sl.stored.size());
+    for (const auto& f : sl.stored) fragments_out(o, f);
+  }
+  o.u64(uint64_t(p.rule));
+  o.i64(p.cat_dim);
+  o.u64(p.vocab);
+  o.i64(p.sub_rule);
+  o.shapes(p.sub_widths);
+  o.u64(p.merged_numel);
+  o.i64(p.ep_num_experts);
+}
+
+void parallel_param_in(In& in, Param& p) {
+  p.slices.resize(in.count(16));
+  for (auto& sl : p.slices) {
+    sl.shape = in.shape();
+    sl.stored.resize(in.count(8));
+    for (auto& f : sl.stored) f = fragments_in(in);
+  }
+  const uint64_t rule = in.u64();
+  if (rule > uint64_t(TpRule::Expert)) throw FormatError("index cache: unknown merge rule");
+  p.rule = TpRule(rule);
+  p.cat_dim = int(in.i64());
+  p.vocab = in.u64();
+  p.sub_rule = int(in.i64());
+  p.sub_widths = in.shapes();
+  p.merged_numel = in.u64();
+  p.ep_num_experts = in.i64();
+}
+
+// What index_parallel adds to the tag: the grid, the model-state files, universal_checkpoint_info.
+void parallel_tag_out(Out& o, const TagIndex& ix) {
+  o.i64(ix.tp);
+  o.i64(ix.pp);
+  o.i64(ix.ep);
+  o.strs(ix.mp_files);
+  o.u64(ix.sub_param_rules.size());
+  for (const auto& r : ix.sub_param_rules) {
+    o.strs(r.patterns);
+    o.shapes(r.shape);
+    o.u64(r.is_tuple.size());
+    for (bool b : r.is_tuple) o.u64(b);
+    o.i64(r.partition_dim);
+  }
+  o.i64(ix.original_vocab_size);
+  o.u64(ix.patterns.size());
+  for (const auto& [key, list] : ix.patterns) {
+    o.str(key);
+    o.strs(list);
+  }
+  o.node(ix.autoep_layers);
+}
+
+void parallel_tag_in(In& in, TagIndex& ix) {
+  ix.tp = int(in.i64());
+  ix.pp = int(in.i64());
+  ix.ep = int(in.i64());
+  ix.mp_files = in.strs();
+  ix.sub_param_rules.resize(in.count(32));
+  for (auto& r : ix.sub_param_rules) {
+    r.patterns = in.strs();
+    r.shape = in.shapes();
+    r.is_tuple.resize(in.count(8));
+    for (size_t k = 0; k < r.is_tuple.size(); ++k) r.is_tuple[k] = in.u64();
+    r.partition_dim = int(in.i64());
+  }
+  ix.original_vocab_size = in.i64();
+  ix.patterns.resize(in.count(16));
+  for (auto& [key, list] : ix.patterns) {
+    key = in.str();
+    list = in.strs();
+  }
+  ix.autoep_layers = in.node(ix.arena);
+}
+
 // The shard-like names in a tag folder: a new or vanished rank file makes the entry stale.
 std::string listing(const std::string& dir) {
   std::vector<std::string> names;
@@ -213,9 +312,11 @@ bool still_valid(const TagIndex& ix) {
   return true;
 }
 
-std::string entry_path(const std::string& cache, const std::string& tag_dir) {
+// --tp-no-strict indexes what a strict mount refuses: each mode has its own entry.
+std::string entry_path(const std::string& cache, const std::string& tag_dir, bool tp_strict) {
+  const std::string key = tag_dir + (tp_strict ? "" : "\n--tp-no-strict");
   char h[20];
-  snprintf(h, sizeof h, "%016llx", (unsigned long long)XXH3_64bits(tag_dir.data(), tag_dir.size()));
+  snprintf(h, sizeof h, "%016llx", (unsigned long long)XXH3_64bits(key.data(), key.size()));
   return cache + "/" + h + ".idx";
 }
 
@@ -249,6 +350,7 @@ std::string serialize_index(const TagIndex& ix) {
     o.u64(p.offset);
     o.u64(p.stored.size());
     for (const auto& f : p.stored) fragments_out(o, f);
+    parallel_param_out(o, p);
   }
   o.u64(ix.steps.size());
   for (const auto& s : ix.steps) {
@@ -285,6 +387,7 @@ std::string serialize_index(const TagIndex& ix) {
   for (uint32_t v : ix.optim_shard) o.u64(v);
   o.node(ix.optim_meta);
   o.node(ix.param_groups);
+  parallel_tag_out(o, ix);
   o.str(listing(ix.dir));
   const uint64_t sum = XXH3_64bits(o.s.data(), o.s.size());
   return std::string(kMagic, 8) + std::string(reinterpret_cast<const char*>(&sum), 8) + o.s;
@@ -324,6 +427,7 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
     p.offset = in.u64();
     p.stored.resize(in.count(8));
     for (auto& f : p.stored) f = fragments_in(in);
+    parallel_param_in(in, p);
   }
   ix->steps.resize(in.count(48));
   for (auto& s : ix->steps) {
@@ -360,6 +464,7 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   for (auto& v : ix->optim_shard) v = uint32_t(in.u64());
   ix->optim_meta = in.node(ix->arena);
   ix->param_groups = in.node(ix->arena);
+  parallel_tag_in(in, *ix);
   const std::string names = in.str();
   if (!in.done()) throw FormatError("index cache: trailing bytes");
   if (names != listing(ix->dir)) throw FormatError("index cache: the tag folder's files changed");
@@ -367,9 +472,16 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   auto check = [&](const pt::Extent& e) {
     if (e.file >= ix->shards.size()) throw FormatError("index cache: extent of an unknown shard");
   };
-  for (const auto& p : ix->params)
+  for (const auto& p : ix->params) {
     for (const auto& fs_ : p.stored)
       for (const auto& f : fs_) check(f.extent);
+    for (const auto& sl : p.slices)
+      for (const auto& fs_ : sl.stored)
+        for (const auto& f : fs_) check(f.extent);
+    if (p.rule == TpRule::SubParams && (p.sub_rule < 0 || size_t(p.sub_rule) >= ix->sub_param_rules.size()))
+      throw FormatError("index cache: bad sub-parameter rule");
+    if (ix->parallel() && p.slices.empty()) throw FormatError("index cache: a parallel parameter without slices");
+  }
   for (const auto& s : ix->steps)
     if (s.kind == StepValue::Tensor) check(s.extent);
   for (const auto* list : {&ix->frozen, &ix->module_frozen, &ix->module_weights, &ix->buffers})
@@ -400,7 +512,7 @@ std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit
   const std::string cache = index_cache_dir();
   if (cache.empty()) return index_tag(tag_dir, tp_strict);
   const std::string dir = fs::canonical(tag_dir).string();
-  const std::string entry = entry_path(cache, dir);
+  const std::string entry = entry_path(cache, dir, tp_strict);
   try {
     std::ifstream in(entry, std::ios::binary);
     if (in) {
@@ -416,8 +528,6 @@ std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit
     spdlog::info("{}: index cache not used ({}); indexing again", dir, e.what());
   }
   auto ix = index_tag(dir, tp_strict);
-  // Parallel (TP/PP) indexes are not cached yet: their slices and merge rules have no format.
-  if (ix->parallel()) return ix;
   try {
     fs::create_directories(cache);
     const std::string tmp = entry + ".tmp." + std::to_string(getpid());

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "builders.h"
 #include "model_states.h"
@@ -84,7 +85,8 @@ std::string py_shape(const Shape& s) {
 
 class Grid {
  public:
-  Grid(TagIndex& index, bool strict) : ix_(index), strict_(strict) {}
+  Grid(TagIndex& index, bool strict, std::optional<AutoEp> autoep = std::nullopt)
+      : ix_(index), strict_(strict), autoep_(std::move(autoep)) {}
 
   void run() {
     GridFiles g = collect(ix_.dir);
@@ -93,6 +95,7 @@ class Grid {
     if (!g.zero_model.empty() && g.mp.empty()) return run_zero3(g);
     degrees(g);
     const int T = ix_.tp, P = ix_.pp, D = ix_.dp;
+    if (autoep_) check_autoep();
     holders_.clear();
     for (int p = 0; p < P; ++p)
       for (int t = 0; t < T; ++t) {
@@ -100,6 +103,8 @@ class Grid {
         TagFiles files;
         for (int d = 0; d < D; ++d) files.optim.push_back(need(g.optim, {d, m}, optim_states_name(g.prefix, d, m)));
         files.model.push_back(g.mp.at(m));
+        if (autoep_)
+          for (const auto& [name, x] : autoep_->experts) files.expert_dp[name] = D / int(x.ep_size);
         add_cell(p, t, files, false);
       }
     for (const auto& [m, path] : g.mp) ix_.mp_files.push_back(path);
@@ -159,6 +164,25 @@ class Grid {
       throw FormatError(where(ix_.dir, "Checkpoint ZeRO file count " + std::to_string(g.optim.size()) +
                                            " is not divisible by pp_degree x tp_degree " + std::to_string(P * T)));
     ix_.pp = P, ix_.tp = T, ix_.dp = int(g.optim.size()) / (P * T), ix_.mp = P * T;
+  }
+
+  // §8: the converter consolidates AutoEP experts only without tensor parallelism, and its expert
+  // fragments have no pipeline stage in their path.
+  void check_autoep() {
+    if (ix_.tp != 1)
+      throw Error(where(ix_.dir,
+                        "NotImplementedError: ZeRO-1/2 Universal Checkpoint conversion for AutoEP with tensor "
+                        "parallelism is not supported."),
+                  ENOTSUP);
+    if (ix_.pp != 1)
+      throw Error(where(ix_.dir, "AutoEP with pipeline parallelism (pp " + std::to_string(ix_.pp) +
+                                     ") is not supported: DeepSpeed's converter has no stage in its expert paths"),
+                  ENOTSUP);
+    for (const auto& [name, x] : autoep_->experts)
+      if (ix_.dp % x.ep_size != 0)
+        throw Error(where(ix_.dir, "RuntimeError: ZeRO DP degree " + std::to_string(ix_.dp) +
+                                       " is not divisible by AutoEP size " + std::to_string(x.ep_size) + "."),
+                    ENOTSUP);
   }
 
   // §6: ZeRO-3 + AutoTP; the (t, d) grid comes from the file names, P = 1.
@@ -303,8 +327,22 @@ class Grid {
     auto info = first.root().find("universal_checkpoint_info");
     if (!info || info->is_none()) throw FormatError(where(first_model, kNoUcInfo));
     const UcInfo uc = read_uc_info(ix_, *info);
-    for (size_t k = 0; k < ix_.params.size(); ++k) resolve(ix_.params[k], holders_[k], uc);
-    assign_tp_rules(ix_, uc, strict_);
+    for (size_t k = 0; k < ix_.params.size(); ++k) {
+      const AutoEpExpert* x = expert(ix_.params[k].name);
+      if (!x) {
+        resolve(ix_.params[k], holders_[k], uc);
+        continue;
+      }
+      const Holder& h = holders_[k].at(0).at(0);  // T = P = 1 (check_autoep)
+      ix_.params[k].step = h.step;
+      merge_autoep_expert(ix_, ix_.params[k], h.shape, h.stored, *x, autoep_->data_before_expert);
+    }
+    if (autoep_)
+      for (const auto& [name, x] : autoep_->experts)
+        if (!by_name_.count(name))
+          throw FormatError(where(first_model, "RuntimeError: AutoEP expert parameter " + name +
+                                                   " is missing from checkpoint parameter shapes."));
+    assign_tp_rules(ix_, uc, strict_);  // experts are left out of the rule table (exclude_param_names)
     if (ix_.tp > 1 && !uc.has_any_pattern())
       spdlog::warn(
           "{}: tensor-parallel checkpoint (tp {}) without any universal_checkpoint_info pattern: every "
@@ -312,8 +350,15 @@ class Grid {
           ix_.dir, ix_.tp);
   }
 
+  const AutoEpExpert* expert(const std::string& name) const {
+    if (!autoep_) return nullptr;
+    auto it = autoep_->experts.find(name);
+    return it == autoep_->experts.end() ? nullptr : &it->second;
+  }
+
   TagIndex& ix_;
   bool strict_;
+  std::optional<AutoEp> autoep_;
   std::map<std::string, size_t> by_name_;
   std::vector<std::vector<std::vector<Holder>>> holders_;  // [param][t] -> the stages holding it
 };
@@ -334,7 +379,14 @@ void index_parallel(TagIndex& index, bool strict) {
                                         " (a native deepspeed.moe checkpoint: its expert-parallel ranks give their "
                                         "local experts the same names, and DeepSpeed has no universal form for it)"),
                   ENOTSUP);
-    throw Error(where(it->second, "AutoEP expert checkpoints are not supported yet"), ENOTSUP);
+    auto autoep = read_autoep(index, m.root());
+    if (!autoep)
+      throw Error(where(it->second,
+                        "expert files without ds_autoep_layers: a native deepspeed.moe checkpoint, which DeepSpeed's "
+                        "converter does not consolidate (its expert-parallel ranks give their local experts the same "
+                        "names)"),
+                  ENOTSUP);
+    return Grid(index, strict, std::move(autoep)).run();
   }
   Grid(index, strict).run();
 }

@@ -1,6 +1,7 @@
 // ZeRO-1/2 and BF16_Optimizer (spec §3.2.1, §3.2.2, §4.1): each rank's param_slice_mappings
 // says where each parameter's piece starts in that rank's flat fp32 partition and Adam moments.
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 #include "builders.h"
@@ -63,13 +64,25 @@ void read_frozen_fragments(TagIndex& index, const OpenShard& model) {
   }
 }
 
-void read_model_file(TagIndex& index, ShardSet& shards, const std::string& path) {
+void read_model_file(TagIndex& index, ShardSet& shards, const TagFiles& files) {
+  const std::string& path = files.model.at(0);
   OpenShard model = shards.open(path);
   read_model_common(index, model);
   read_trainable(index, model.root());
   if (index.params.empty()) throw FormatError(where(path, "param_shapes lists no trainable parameters"));
   read_frozen_fragments(index, model);
-  read_module(index, model, true);
+  std::set<std::string> experts;
+  for (const auto& [name, dp] : files.expert_dp) experts.insert(name);
+  read_module(index, model, true, experts);
+}
+
+// How many ranks each param group is partitioned over: all dp ranks, or expert-DP for AutoEP's
+// expert groups.
+std::vector<int> group_partitions(const TagIndex& index, const TagFiles& files) {
+  std::vector<int> out(size_t(index.num_groups), index.dp);
+  for (const auto& p : index.params)
+    if (auto it = files.expert_dp.find(p.name); it != files.expert_dp.end()) out.at(size_t(p.group)) = it->second;
+  return out;
 }
 
 // The parts of one rank's optimizer_state_dict the layout comes from.
@@ -77,7 +90,7 @@ struct RankState {
   Field osd, base, state, fp32, maps;
 };
 
-RankState rank_state(const OpenShard& shard, const TagIndex& index) {
+RankState rank_state(const OpenShard& shard, const TagIndex& index, const std::vector<int>& partitions) {
   const Field osd = shard.root()["optimizer_state_dict"];
   const Field base = osd["base_optimizer_state"];
   if (!base.is(pt::Kind::Dict))
@@ -89,9 +102,10 @@ RankState rank_state(const OpenShard& shard, const TagIndex& index) {
              std::to_string(G));
   if (auto pc = osd.find("partition_count"); pc && pc->is(pt::Kind::List))
     for (size_t g = 0; g < pc->size(); ++g)
-      if ((*pc)[g].as_int() != index.dp)
+      if ((*pc)[g].as_int() != partitions.at(g))
         (*pc)[g].fail("partition_count " + std::to_string((*pc)[g].as_int()) + " differs from the " +
-                      std::to_string(index.dp) + " dp ranks found");
+                      std::to_string(partitions.at(g)) + (partitions.at(g) == index.dp ? " dp" : " expert-dp") +
+                      " ranks found");
   return rs;
 }
 
@@ -149,14 +163,16 @@ void add_rank_pieces(TagIndex& index, const RankState& rs, size_t g, uint32_t ra
 }
 
 // The pieces of every parameter add up to its shape: otherwise the files disagree.
-void check_complete(const TagIndex& index, const std::string& model_file) {
+void check_complete(const TagIndex& index, const TagFiles& files) {
+  const std::string& model_file = files.model.at(0);
   for (const auto& p : index.params) {
-    uint64_t have = 0;
+    uint64_t have = 0, copies = 1;
     for (const auto& f : p.stored[0]) have += f.numel;
-    if (have != p.numel)
+    if (auto it = files.expert_dp.find(p.name); it != files.expert_dp.end()) copies = uint64_t(index.dp / it->second);
+    if (have != p.numel * copies)
       throw FormatError(where(index.dir, "parameter '" + p.name + "': the optimizer files hold " +
                                              std::to_string(have) + " elements, its shape in " + model_file +
-                                             " needs " + std::to_string(p.numel)));
+                                             " needs " + std::to_string(p.numel * copies)));
   }
 }
 
@@ -164,12 +180,13 @@ void check_complete(const TagIndex& index, const std::string& model_file) {
 
 void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenShard& rank0) {
   index.optimizer = index.bf16_optimizer ? OptimizerClass::BF16_Optimizer : OptimizerClass::DeepSpeedZeroOptimizer;
-  read_model_file(index, shards, files.model[0]);
+  read_model_file(index, shards, files);
+  const std::vector<int> partitions = group_partitions(index, files);
   NameIndex by_name;
   for (size_t k = 0; k < index.params.size(); ++k) by_name.emplace(index.params[k].name, k);
   for (int r = 0; r < index.dp; ++r) {
     OpenShard shard = r == 0 ? std::move(rank0) : shards.open(files.optim[size_t(r)]);
-    const RankState rs = rank_state(shard, index);
+    const RankState rs = rank_state(shard, index, partitions);
     if (r == 0) read_rank0_layout(index, rs);
     for (size_t g = 0; g < size_t(index.num_groups); ++g) {
       check_group_state(index, rs, g);
@@ -177,7 +194,7 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
       add_rank_pieces(index, rs, g, uint32_t(r), shard.id, by_name);
     }
   }
-  check_complete(index, files.model[0]);
+  check_complete(index, files);
 }
 
 }  // namespace zm::ds

@@ -128,7 +128,8 @@ std::string inspect_text(const TagIndex& ix) {
   line("stage", stage_text(ix));
   line("dp ranks", std::to_string(ix.dp));
   if (ix.parallel())
-    line("grid", "pp " + std::to_string(ix.pp) + " x tp " + std::to_string(ix.tp) + " x dp " + std::to_string(ix.dp));
+    line("grid", "pp " + std::to_string(ix.pp) + " x tp " + std::to_string(ix.tp) + " x dp " + std::to_string(ix.dp) +
+                     (ix.autoep() ? ", AutoEP ep " + std::to_string(ix.ep) : ""));
   line("optimizer",
        std::string(optimizer_class_name(ix.optimizer)) + " (step stored as " + step_kind_name(ix.step_kind) + ")");
   line("training", std::string(pt::dtype_name(ix.module_dtype)) + " module weights");
@@ -173,8 +174,8 @@ std::string inspect_json(const TagIndex& ix) {
       "{\"format\":1,\"tag\":" + json_escape(ix.tag) + ",\"dir\":" + json_escape(ix.dir) +
       ",\"stage\":" + std::to_string(ix.stage) + ",\"bf16_optimizer\":" + (ix.bf16_optimizer ? "true" : "false") +
       ",\"dp\":" + std::to_string(ix.dp) + ",\"tp\":" + std::to_string(ix.tp) + ",\"pp\":" + std::to_string(ix.pp) +
-      ",\"dtype\":\"" + std::string(pt::dtype_name(ix.master_dtype)) + "\",\"optimizer\":\"" +
-      std::string(optimizer_class_name(ix.optimizer)) + "\",\"training_dtype\":\"" +
+      ",\"ep\":" + std::to_string(ix.ep) + ",\"dtype\":\"" + std::string(pt::dtype_name(ix.master_dtype)) +
+      "\",\"optimizer\":\"" + std::string(optimizer_class_name(ix.optimizer)) + "\",\"training_dtype\":\"" +
       std::string(pt::dtype_name(ix.module_dtype)) + "\",\"master_dtype\":\"" +
       std::string(pt::dtype_name(ix.master_dtype)) + "\",\"step_type\":\"" + step_kind_name(ix.step_kind) +
       "\",\"loss_scaler\":" + loss_scaler_json(ix.loss_scaler) + ",\"ds_version\":" + json_escape(ix.ds_version) +
@@ -196,8 +197,8 @@ std::string inspect_json(const TagIndex& ix) {
     }
     o += "]";
     if (ix.parallel())
-      o += ",\"merge\":{\"rule\":\"" + std::string(tp_rule_name(p.rule)) +
-           "\",\"cat_dim\":" + (p.rule == TpRule::Cat ? std::to_string(p.cat_dim) : "null") +
+      o += ",\"merge\":{\"rule\":\"" + std::string(tp_rule_name(p.rule)) + "\",\"cat_dim\":" +
+           (p.rule == TpRule::Cat || p.rule == TpRule::Expert ? std::to_string(p.cat_dim) : "null") +
            ",\"vocab\":" + (p.vocab ? "true" : "false") + "}";
     o += "}";
   }

@@ -107,15 +107,22 @@ PlainTensor whole_tensor(const Field& t, uint32_t shard, const std::string& name
 
 }  // namespace
 
-void read_module(TagIndex& index, const OpenShard& model, bool full_weights) {
+void read_module(TagIndex& index, const OpenShard& model, bool full_weights, const std::set<std::string>& elsewhere) {
   index.module_dtype = index.master_dtype;
   const auto module = model.root().find("module");
   if (!module || module->is_none()) return;  // nothing says otherwise: training ran in master precision
-  const Field first = (*module)[index.params.at(0).name];
-  index.module_dtype = first.as_tensor().dtype;
+  const Param* first = nullptr;
+  for (const auto& p : index.params)
+    if (!first && !elsewhere.count(p.name)) first = &p;
+  if (!first) return;
+  index.module_dtype = (*module)[first->name].as_tensor().dtype;
   for (const auto& p : index.params) {
+    if (elsewhere.count(p.name)) {
+      if (full_weights) index.module_weights.push_back(PlainTensor{p.name, index.module_dtype, p.shape, {}});
+      continue;
+    }
     const Field t = (*module)[p.name];
-    require_dtype(t, index.module_dtype, "the module weights of " + index.params[0].name);
+    require_dtype(t, index.module_dtype, "the module weights of " + first->name);
     if (!full_weights) continue;  // stage 3 saves [0]-shaped placeholders
     if (t.as_tensor().shape != p.shape) t.fail("module weight shape differs from param_shapes");
     index.module_weights.push_back(whole_tensor(t, model.id, p.name, "module weight"));

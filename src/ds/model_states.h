@@ -1,5 +1,6 @@
 #pragma once
 // Pieces both optimizer families read the same way (internal to the index layer).
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,9 @@ LossScaler read_loss_scaler(const Field& osd);
 // From the model-state 'module': the training dtype (every trainable weight must have it) and,
 // for stage 1/2 and BF16_Optimizer (`full_weights`), each trainable weight's extent and every
 // frozen parameter (module entries that are neither trainable, buffers nor tied aliases).
-void read_module(TagIndex& index, const OpenShard& model, bool full_weights);
+// `elsewhere` are trainable parameters whose weights are not in 'module' (AutoEP experts live in
+// per-expert files): they get a placeholder without bytes in module_weights.
+void read_module(TagIndex& index, const OpenShard& model, bool full_weights,
+                 const std::set<std::string>& elsewhere = {});
 
 }  // namespace zm::ds

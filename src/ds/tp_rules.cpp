@@ -135,6 +135,7 @@ void assign_tp_rules(TagIndex& index, const UcInfo& uc, bool strict) {
   std::set<std::string> used;
   const size_t T = size_t(index.tp);
   for (Param& p : index.params) {
+    if (p.rule == TpRule::Expert) continue;  // AutoEP experts: merged by merge_autoep_expert
     std::vector<Shape> shapes;
     std::vector<uint64_t> numels;
     for (const auto& s : p.slices) shapes.push_back(s.shape), numels.push_back(numel(s.shape));
@@ -229,6 +230,8 @@ const char* tp_rule_name(TpRule r) {
       return "2 sub-params";
     case TpRule::SubParams:
       return "sub-params";
+    case TpRule::Expert:
+      return "AutoEP experts";
   }
   return "?";
 }

@@ -141,7 +141,10 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   if (ix.stage == 3) part += ", ceil(" + with_commas(p.numel) + "/" + std::to_string(ix.dp) + ") per rank";
   line("partition", part);
   // A parallel parameter is a merge of tensor-parallel slices: its rule says where it comes from.
-  if (ix.parallel())
+  if (p.rule == ds::TpRule::Expert)
+    line("merge", std::string(ds::tp_rule_name(p.rule)) + " of " + std::to_string(p.slices.size()) +
+                      " ep ranks joined on dim 0 (" + std::to_string(p.ep_num_experts) + " experts)");
+  else if (ix.parallel())
     line("merge", std::string(ds::tp_rule_name(p.rule)) + (p.vocab ? ", vocabulary" : "") + " over tp " +
                       std::to_string(ix.tp) + " x pp " + std::to_string(ix.pp));
   const auto frags = ix.parallel() ? std::vector<ds::Fragment>{} : ix.fragments(p, 0);

@@ -106,6 +106,7 @@ void merged_bytes(const MountedTag& t, const ds::Param& p, size_t state, pt::Ten
     case ds::TpRule::Replicated:
       out.append_computed(std::make_shared<ds::ReplicatedTensor>(rank_bytes(t, p, state), ix.master_dtype, what));
       return;
+    case ds::TpRule::Expert:  // the EP ranks' local experts in turn, as a cat on dim 0
     case ds::TpRule::Cat:
       // A cat on dim 0 is each rank's bytes in turn: a few extents, nothing computed.
       if (p.cat_dim == 0) {
@@ -152,6 +153,13 @@ pt::VirtualFile parallel_state_file(const MountedTag& t, const ds::Param& p, siz
   merged_bytes(t, p, state, x);
   Node* tensor = a.make_tensor_node(std::move(x));
   Node* d = a.make(Kind::Dict);
+  if (p.rule == ds::TpRule::Expert) {  // autoep_universal.py writes 'param' first (§10.1)
+    set(d, a, "param", tensor);
+    set(d, a, "cat_dim", a.make_int(0));
+    set(d, a, "is_expert_param", bool_node(a, true));
+    set(d, a, "ep_num_experts", a.make_int(p.ep_num_experts));
+    return pt::build_pt(d, stem(ix.state_names[state].c_str()));
+  }
   switch (p.rule) {
     case ds::TpRule::TwoSubParams:
       set(d, a, "cat_dim", a.make_int(0));

@@ -24,7 +24,12 @@ class UniversalProvider final : public Provider {
     const uint64_t u = cx.add_top_dir(ix.tag + kSuffix, kind(), mtime, {&tag});
     if (!u) return;
     Tree& tree = cx.tree();
-    if (ix.parallel()) {  // the converter copies every model-state file, under its own name (§5)
+    const MountedTag* t = &tag;
+    if (ix.autoep()) {  // the converter re-saves them with AutoEP's universal_checkpoint_info (§8)
+      for (const auto& f : ix.mp_files)
+        tree.add_file(u, std::filesystem::path(f).filename().string(), mtime,
+                      [t, f] { return autoep_model_states_file(*t, f); });
+    } else if (ix.parallel()) {  // the converter copies every model-state file, under its own name (§5)
       for (const auto& f : ix.mp_files) cx.add_real_file(u, std::filesystem::path(f).filename().string(), f);
     } else {
       cx.add_real_file(u, ds::model_states_name(0), ix.model_files.at(0));
@@ -32,7 +37,6 @@ class UniversalProvider final : public Provider {
         cx.add_real_file(u, ds::zero_model_states_name(r, 0), ix.model_files.at(ix.stage == 3 ? size_t(r) : 0));
     }
     const uint64_t zero = tree.add_dir(u, "zero", mtime);
-    const MountedTag* t = &tag;
     tree.add_file(zero, "optimizer_state.pt", mtime, [t] { return optimizer_state_file(*t); });
     const bool bare = cx.options().bare_zero3_tensors && ix.stage == 3;
     for (const ds::Param& p : ix.params) {

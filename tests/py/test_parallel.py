@@ -16,7 +16,7 @@ from conftest import FIXTURES, ZEROMOUNT, mount
 
 TAG = "global_step2"
 PARALLEL = ["tp2_dp1_z1", "tp2_dp2_z2", "tp2_dp1_z3", "tp2_dp1_z1_fused", "tp2_dp1_z1_avg", "tp2_dp1_z1_swiglu",
-            "pp2_dp1_z1", "pp2_tp2_z1_patterns", "tp2_dp1_z2_frozen"]
+            "pp2_dp1_z1", "pp2_tp2_z1_patterns", "tp2_dp1_z2_frozen", "autoep_ep2_z2"]
 # Mount options and the converter output each fixture is compared with.
 OPTIONS = {"tp2_dp1_z2_frozen": ["--tp-no-strict"]}
 REF = {"tp2_dp1_z2_frozen": "ds_to_universal_no_strict"}
@@ -91,13 +91,44 @@ def test_every_file_equals_the_converter(mnt, weights_only):
     assert checked >= 10
 
 
+def zip_records(path):
+    """Each record's bytes. zeromount writes CRC 0 (torch.load never checks it), so none is checked."""
+    import zipfile
+    out = {}
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            with z.open(info) as fh:
+                fh._expected_crc = None
+                out[info.filename.split("/", 1)[1]] = fh.read()
+    return out
+
+
 def test_model_states_are_byte_identical(mnt):
     name, m = mnt
     ref = ref_dir(name)
+    checked = 0
     for f in os.listdir(ref):
-        if f.endswith("_model_states.pt"):
+        if not f.endswith("_model_states.pt"):
+            continue
+        checked += 1
+        if not name.startswith("autoep"):
             with open(f"{m}/{TAG}_universal/{f}", "rb") as a, open(f"{ref}/{f}", "rb") as b:
                 assert a.read() == b.read(), f
+            continue
+        # AutoEP: the converter re-saves the file (torch.save). data.pkl and every storage record are
+        # equal byte for byte; torch's extra records (.format_version, .storage_alignment,
+        # .data/serialization_id) are not written by zeromount.
+        ours, theirs = zip_records(f"{m}/{TAG}_universal/{f}"), zip_records(f"{ref}/{f}")
+        assert ours["data.pkl"] == theirs["data.pkl"], f
+        for rec, data in theirs.items():
+            if rec.startswith("data/") or rec in ("byteorder", "version"):
+                assert ours.get(rec) == data, f"{f}: {rec}"
+        assert set(ours) - set(theirs) == set(), f
+        a = torch.load(f"{m}/{TAG}_universal/{f}", weights_only=False)
+        b = torch.load(f"{ref}/{f}", weights_only=False)
+        assert a["universal_checkpoint_info"] == b["universal_checkpoint_info"]
+        assert list(a) == list(b)
+    assert checked >= 1
 
 
 def test_model_safetensors_holds_the_merged_params(mnt):
@@ -132,3 +163,39 @@ def test_refused_with_the_reason(name):
     out = subprocess.run([ZEROMOUNT, "inspect", os.path.join(FIXTURES, name, "checkpoint")], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode != 0 and REFUSED[name] in out.stderr, out.stderr
+
+
+def autoep_copy(tmp_path, edit):
+    """autoep_ep2_z2's tag with its mp_rank_00 re-saved after `edit(state)`."""
+    import shutil
+    src = os.path.join(FIXTURES, "autoep_ep2_z2", "checkpoint", TAG)
+    dst = tmp_path / TAG
+    shutil.copytree(src, dst)
+    f = dst / "mp_rank_00_model_states.pt"
+    sd = torch.load(f, weights_only=False)
+    edit(sd)
+    torch.save(sd, f)
+    return subprocess.run([ZEROMOUNT, "inspect", str(dst)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ZEROMOUNT_NO_INDEX_CACHE": "1"})
+
+
+def test_autoep_dp_not_divisible_by_ep_is_refused(tmp_path):
+    def edit(sd):
+        for layers in (sd["ds_autoep_layers"], sd["universal_checkpoint_info"]["ds_autoep_layers"]):
+            layers[0].update(num_experts=6, num_local_experts=2, ep_size=3)
+    out = autoep_copy(tmp_path, edit)
+    assert out.returncode != 0 and "ZeRO DP degree 2 is not divisible by AutoEP size 3." in out.stderr, out.stderr
+
+
+def test_autoep_metadata_is_checked_as_deepspeed_does(tmp_path):
+    def edit(sd):
+        sd["ds_autoep_layers"][0]["num_experts"] = 5
+    out = autoep_copy(tmp_path, edit)
+    assert out.returncode != 0 and "AutoEP expert count mismatch for model.layers.0.mlp.experts" in out.stderr
+
+
+def test_autoep_contiguous_expert_order_is_accepted(tmp_path):
+    def edit(sd):
+        sd["ds_config"]["use_data_before_expert_parallelism"] = True
+    out = autoep_copy(tmp_path, edit)  # with dp 2 and ep 2 both orders give ranks [0] and [1]
+    assert out.returncode == 0 and "AutoEP experts" in out.stdout, out.stderr

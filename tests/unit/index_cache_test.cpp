@@ -4,11 +4,15 @@
 #include <stdlib.h>
 #include <sys/time.h>
 
+#include <fcntl.h>
+
 #include <filesystem>
+#include <map>
 
 #include "helpers.h"
 #include "zeromount/ds/index_cache.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/view/view.h"
 
 namespace zm::test {
 namespace {
@@ -44,6 +48,88 @@ std::string scaler_text(const ds::LossScaler& l) {
            l.raise_error_at_min_scale, int(l.dtype));
   return b;
 }
+
+std::string ints(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (int64_t x : v) s += std::to_string(x) + ",";
+  return s + "]";
+}
+
+std::string frags(const std::vector<ds::Fragment>& v) {
+  std::string s;
+  for (const auto& f : v)
+    s += std::to_string(f.rank) + "/" + std::to_string(f.start) + "/" + std::to_string(f.numel) + "@" +
+         std::to_string(f.extent.file) + ":" + std::to_string(f.extent.offset) + "+" + std::to_string(f.extent.length) +
+         ";";
+  return s;
+}
+
+// Every field index_parallel sets, spelled out: a field that the cache's writer and reader both
+// forget still shows up here.
+std::string parallel_text(const ds::TagIndex& ix) {
+  std::string s = "tp " + std::to_string(ix.tp) + " pp " + std::to_string(ix.pp) + " ep " + std::to_string(ix.ep) +
+                  " dp " + std::to_string(ix.dp) + " mp " + std::to_string(ix.mp) + " vocab " +
+                  std::to_string(ix.original_vocab_size) + "\n";
+  for (const auto& f : ix.mp_files) s += "mp_file " + f + "\n";
+  for (const auto& f : ix.model_files) s += "model_file " + f + "\n";
+  for (const auto& r : ix.sub_param_rules) {
+    s += "sub_rule dim " + std::to_string(r.partition_dim);
+    for (const auto& p : r.patterns) s += " " + p;
+    for (size_t k = 0; k < r.shape.size(); ++k) s += " " + ints(r.shape[k]) + (r.is_tuple[k] ? "t" : "");
+    s += "\n";
+  }
+  for (const auto& [key, list] : ix.patterns) {
+    s += "patterns " + key;
+    for (const auto& p : list) s += " " + p;
+    s += "\n";
+  }
+  s += "autoep " + (ix.autoep_layers ? pt::repr(ix.autoep_layers, 6) : std::string("none")) + "\n";
+  for (const auto& p : ix.params) {
+    s += p.name + " " + ints(p.shape) + " numel " + std::to_string(p.numel) + " step " + std::to_string(p.step) +
+         " group " + std::to_string(p.group) + " rule " + ds::tp_rule_name(p.rule) + " cat " +
+         std::to_string(p.cat_dim) + " vocab " + std::to_string(p.vocab) + " sub " + std::to_string(p.sub_rule) +
+         " merged " + std::to_string(p.merged_numel) + " experts " + std::to_string(p.ep_num_experts) + " widths";
+    for (const auto& w : p.sub_widths) s += " " + ints(w);
+    s += "\n";
+    for (const auto& sl : p.slices) {
+      s += "  slice " + ints(sl.shape);
+      for (const auto& st : sl.stored) s += " | " + frags(st);
+      s += "\n";
+    }
+  }
+  return s;
+}
+
+// Every file below `dir` of a view, with its bytes.
+void files_below(const view::View& v, const view::Inode& dir, const std::string& path,
+                 std::map<std::string, std::string>& out) {
+  for (uint64_t c : dir.children) {
+    const view::Inode& n = *v.tree().get(c);
+    if (n.dir) {
+      files_below(v, n, path + "/" + n.name, out);
+      continue;
+    }
+    const auto f = v.open(n, O_RDONLY);
+    std::string bytes(f.size(), '\0');
+    EXPECT_EQ(f.read(0, bytes.data(), bytes.size()), bytes.size()) << path << "/" << n.name;
+    out[path + "/" + n.name] = std::move(bytes);
+  }
+}
+
+std::map<std::string, std::string> universal_files(const std::string& checkpoint, bool strict) {
+  view::ViewOptions o;
+  o.tp_strict = strict;
+  auto v = view::View::load(checkpoint, o);
+  const view::Inode* u = v->tree().lookup(view::Tree::kRoot, "global_step2_universal");
+  EXPECT_NE(u, nullptr);
+  std::map<std::string, std::string> out;
+  if (u) files_below(*v, *u, "", out);
+  return out;
+}
+
+const std::vector<std::string> kParallelFixtures = {
+    "tp2_dp1_z1",        "tp2_dp2_z2", "tp2_dp1_z3",          "tp2_dp1_z1_fused",  "tp2_dp1_z1_avg",
+    "tp2_dp1_z1_swiglu", "pp2_dp1_z1", "pp2_tp2_z1_patterns", "tp2_dp1_z2_frozen", "autoep_ep2_z2"};
 
 const std::vector<std::string> kAllFixtures = {"z1_ws2_fp32_pg2",       "z2_ws2_fp32_pg2",         "z3_ws2_fp32_pg2",
                                                "z3_ws2_fp32_pg2_sg200", "z1_ws2_bf16_pg2_fp32acc", "z2_ws2_bf16_pg2",
@@ -84,6 +170,40 @@ TEST_F(IndexCache, HitEqualsFreshIndex) {
   }
 }
 
+TEST_F(IndexCache, ParallelIndexesRoundTrip) {
+  for (const auto& name : kParallelFixtures) {
+    SCOPED_TRACE(name);
+    const std::string checkpoint = kFixtures + "/" + name + "/checkpoint";
+    const bool strict = name != "tp2_dp1_z2_frozen";  // mounted with --tp-no-strict
+    bool hit = true;
+    auto fresh = ds::index_tag_cached(checkpoint + "/global_step2", &hit, strict);
+    EXPECT_FALSE(hit);
+    auto cached = ds::index_tag_cached(checkpoint + "/global_step2", &hit, strict);
+    EXPECT_TRUE(hit);
+    ASSERT_TRUE(cached->parallel());
+    EXPECT_EQ(parallel_text(*cached), parallel_text(*fresh));
+    EXPECT_EQ(pt::repr(cached->optim_meta, 4), pt::repr(fresh->optim_meta, 4));
+    EXPECT_TRUE(ds::serialize_index(*cached) == ds::serialize_index(*fresh));
+    // The universal files made from the cached index are those made from a fresh one.
+    const auto from_cache = universal_files(checkpoint, strict);
+    setenv("ZEROMOUNT_NO_INDEX_CACHE", "1", 1);
+    const auto from_fresh = universal_files(checkpoint, strict);
+    unsetenv("ZEROMOUNT_NO_INDEX_CACHE");
+    EXPECT_GE(from_fresh.size(), 10u);
+    ASSERT_EQ(from_cache.size(), from_fresh.size());
+    for (const auto& [path, bytes] : from_fresh) EXPECT_TRUE(from_cache.at(path) == bytes) << path;
+  }
+}
+
+TEST_F(IndexCache, NoStrictEntryIsNotServedToAStrictMount) {
+  const std::string tag = kFixtures + "/tp2_dp1_z2_frozen/checkpoint/global_step2";
+  bool hit = true;
+  ds::index_tag_cached(tag, &hit, false);
+  ds::index_tag_cached(tag, &hit, false);
+  EXPECT_TRUE(hit);
+  EXPECT_THROW(ds::index_tag_cached(tag, &hit, true), std::exception);  // strict still refuses
+}
+
 TEST_F(IndexCache, StaleWhenAShardChanges) {
   const std::string dst = temp_dir() + "/global_step3";
   fs::copy(kFixtures + "/z3_ws2_fp32_pg2/checkpoint/global_step3", dst);
@@ -116,10 +236,10 @@ TEST_F(IndexCache, CorruptEntriesAreIgnored) {
   auto ix = ds::index_tag_cached(tag, &hit);
   EXPECT_FALSE(hit);
   EXPECT_EQ(ix->params.size(), 9u);
-  EXPECT_THROW(ds::deserialize_index("ZMIDX002garbage!"), FormatError);
-  // An entry of the previous format (no precision fields) is not read as this one.
+  EXPECT_THROW(ds::deserialize_index("ZMIDX003garbage!"), FormatError);
+  // An entry of a previous format (002: no parallel fields) is not read as this one.
   std::string old = ds::serialize_index(*ix);
-  old[7] = '1';
+  old[7] = '2';
   EXPECT_THROW(ds::deserialize_index(old), FormatError);
 }
 

@@ -58,6 +58,7 @@ enum class TpRule : uint8_t {
   Averaged,      // rule 2: sum(slices) / T
   TwoSubParams,  // rule 3: SwiGLU halves, cat on dim 0
   SubParams,     // rule 4: parameter_with_sub_params
+  Expert,        // AutoEP: each EP rank's local experts (`slices`, one per EP rank), cat on dim 0
 };
 const char* tp_rule_name(TpRule r);
 
@@ -87,6 +88,7 @@ struct Param {
   int sub_rule = -1;                             // SubParams: index into TagIndex::sub_param_rules
   std::vector<std::vector<int64_t>> sub_widths;  // SubParams: per sub-parameter, per tp rank
   uint64_t merged_numel = 0;                     // before the vocabulary cut (the file's storage)
+  int64_t ep_num_experts = 0;                    // Expert: num_experts of its ds_autoep_layers entry
 };
 
 // One entry of universal_checkpoint_info's parameter_with_sub_params, re-emitted as SubparamShape.
@@ -117,7 +119,12 @@ struct TagIndex {
   int dp = 0;  // data-parallel (ZeRO partition) size W
   int mp = 1;
   int tp = 1, pp = 1;  // the (pp, tp, dp) grid; dp is `dp`
-  bool parallel() const { return tp > 1 || pp > 1; }
+  int ep = 1;          // AutoEP: the largest autoep_size of its layers
+  // AutoEP: ds_autoep_layers cut to the fields the converter re-saves into the model-state files'
+  // universal_checkpoint_info (spec tensor-pipeline-expert.md §8); null for every other source.
+  const pt::Node* autoep_layers = nullptr;
+  bool autoep() const { return autoep_layers != nullptr; }
+  bool parallel() const { return tp > 1 || pp > 1 || autoep(); }
   std::vector<std::string> mp_files;  // parallel: the model-state files the converter copies, sorted
   std::vector<SubParamRule> sub_param_rules;
   int64_t original_vocab_size = -1;  // universal_checkpoint_info, when present

@@ -20,6 +20,10 @@ void append_param_bytes(pt::VirtualFile& f, const MountedTag& t, const ds::Param
 void merged_bytes(const MountedTag& t, const ds::Param& p, size_t state, pt::Tensor& out);
 // zero/<param>/step.pt: the step as the source optimizer stored it.
 pt::VirtualFile step_file(const MountedTag& t, const ds::StepValue& step);
+// mp_rank_XX_model_states.pt of an AutoEP source (`path`, one of TagIndex::mp_files), as
+// ds_to_universal.py re-saves it: the source pickle with universal_checkpoint_info's
+// expert_parameter_patterns and ds_autoep_layers replaced (spec tensor-pipeline-expert.md §8).
+pt::VirtualFile autoep_model_states_file(const MountedTag& t, const std::string& path);
 // zero/optimizer_state.pt: what every target stage's universal loader reads, without flat tensors.
 pt::VirtualFile optimizer_state_file(const MountedTag& t);
 
