@@ -158,7 +158,12 @@ def test_params_npy_holds_the_merged_params(mnt):
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_refused_with_the_reason(name):
-    with mount(os.path.join(FIXTURES, name, "checkpoint"), expect_fail=True) as r:
+    src = os.path.join(FIXTURES, name, "checkpoint")
+    with mount(src) as m:  # the tag is not served; its real files are, with the reason beside them
+        assert f"{TAG}_universal" not in os.listdir(m) and TAG in os.listdir(m)
+        with open(f"{m}/.zeromount/errors") as f:
+            assert REFUSED[name] in f.read()
+    with mount(src, "--tag", TAG, expect_fail=True) as r:
         assert REFUSED[name] in r.stderr, r.stderr
     out = subprocess.run([ZEROMOUNT, "inspect", os.path.join(FIXTURES, name, "checkpoint")], capture_output=True,
                          text=True, timeout=120)
