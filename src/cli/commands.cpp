@@ -102,8 +102,10 @@ void raise_fd_limit() {
 }  // namespace
 
 int mount(const MountOptions& o) {
-  spdlog::set_level(spdlog::level::from_str(o.log_level));
+  spdlog::set_level(spdlog::level::from_str(o.log_level));  // main() accepts only known levels
   raise_fd_limit();
+  // Checked before anything is indexed or forked, so that a mistake leaves nothing behind.
+  if (const std::string why = mount_point_problem(o.mountpoint); !why.empty()) throw Error(why, EEXIST);
   std::error_code ec;
   const std::string mountpoint = fs::canonical(o.mountpoint, ec).string();
   if (ec) throw Error(o.mountpoint + ": mount point " + ec.message(), ENOENT);
@@ -151,12 +153,15 @@ int mount(const MountOptions& o) {
     if (tuner.joinable()) tuner.join();
     return rc;
   }
-  const int rc = run_in_background(mountpoint, [&](const std::function<void(const std::string&)>& mounted) {
-    return fuse::serve(*view, cfg, [&](const std::string& err) {
-      if (err.empty()) spdlog::info("{}", summary);
-      mounted(err);
-    });
-  });
+  const int rc = run_in_background(
+      mountpoint,
+      [&](const std::function<void(const std::string&)>& mounted) {
+        return fuse::serve(*view, cfg, [&](const std::string& err) {
+          if (err.empty()) spdlog::info("{}", summary);
+          mounted(err);
+        });
+      },
+      o.log_file);
   if (rc == 0) tune();
   return rc;
 }

@@ -23,6 +23,7 @@ struct MountOptions {
   bool foreground = false;
   bool debug = false;
   std::string log_level = "info";
+  std::string log_file;             // where the daemon logs once detached; "" = syslog
   unsigned threads = 0;             // 0: libfuse's default
   std::vector<std::string> tags;    // --tag: serve only these
   bool tp_no_strict = false;        // ds_to_universal.py --no_strict: unused TP patterns are not refused

@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,10 +27,17 @@ void forward(int sig) {
   if (g_server > 0) kill(g_server, sig);
 }
 
-void log_to_syslog() {
-  auto logger = std::make_shared<spdlog::logger>(
-      "zeromount", std::make_shared<spdlog::sinks::syslog_sink_mt>("zeromount", LOG_PID, LOG_DAEMON, false));
+// After the daemon detaches from the terminal: a --log-file, else syslog. Without either (a
+// container with no /dev/log) lines would be lost, so that is said while stderr still reaches the user.
+void log_in_background(const std::string& log_file) {
+  std::shared_ptr<spdlog::sinks::sink> sink;
+  if (!log_file.empty())
+    sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_file);
+  else
+    sink = std::make_shared<spdlog::sinks::syslog_sink_mt>("zeromount", LOG_PID, LOG_DAEMON, false);
+  auto logger = std::make_shared<spdlog::logger>("zeromount", sink);
   logger->set_level(spdlog::default_logger()->level());
+  logger->flush_on(spdlog::level::trace);  // the server ends with _exit: nothing may wait in a buffer
   spdlog::set_default_logger(logger);
 }
 
@@ -73,22 +82,26 @@ void detach_stdio() {
   if (null > 2) close(null);
 }
 
-[[noreturn]] void supervise(const std::string& mountpoint, const Serve& serve, int ready) {
+[[noreturn]] void supervise(const std::string& mountpoint, const Serve& serve, int ready, const std::string& log_file) {
   setsid();
   if (chdir("/") != 0) _exit(1);
-  detach_stdio();
-  log_to_syslog();
   const pid_t server = fork();
   if (server < 0) _exit(1);
   if (server == 0) {
     prctl(PR_SET_NAME, "zm-serve");
+    // stderr stays the user's terminal until the mount is made, so that libfuse's and
+    // fusermount3's own reasons reach them; then the daemon detaches.
     const int rc = serve([&](const std::string& err) {
       write_all(ready, err.empty() ? "m" : "e" + err);
       close(ready);
+      detach_stdio();
+      log_in_background(log_file);
     });
     _exit(rc);
   }
   close(ready);
+  detach_stdio();
+  log_in_background(log_file);
   g_server = server;
   struct sigaction sa {};
   sa.sa_handler = forward;  // `kill <supervisor>` unmounts cleanly through the server
@@ -126,6 +139,26 @@ std::string mount_device(const std::string& mountpoint) {
 
 }  // namespace
 
+std::string mount_point_problem(const std::string& mountpoint) {
+  struct stat st;
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    if (errno == ENOTCONN)
+      return mountpoint + ": a dead mount is left there (its daemon died): run `fusermount3 -u -z " + mountpoint +
+             "` (or `umount -l` as root), then mount again";
+    return mountpoint + ": mount point " + strerror(errno);
+  }
+  if (!S_ISDIR(st.st_mode)) return mountpoint + ": mount point is not a folder";
+  // statfs always reaches the daemon, where stat may be answered from the kernel's cache.
+  struct statvfs sv;
+  if (is_mounted(mountpoint) && ::statvfs(mountpoint.c_str(), &sv) != 0 && errno == ENOTCONN)
+    return mountpoint + ": a dead mount is left there (its daemon died): run `fusermount3 -u -z " + mountpoint +
+           "` (or `umount -l` as root), then mount again";
+  if (is_mounted(mountpoint))
+    return mountpoint + ": already mounted; unmount it first (`fusermount3 -u " + mountpoint +
+           "`): a mount on top would hide it";
+  return "";
+}
+
 bool is_mounted(const std::string& mountpoint) {
   return !mount_device(mountpoint).empty();
 }
@@ -139,7 +172,9 @@ bool set_read_ahead(const std::string& mountpoint, unsigned kb) {
   return bool(ra);
 }
 
-int run_in_background(const std::string& mountpoint, const Serve& serve) {
+int run_in_background(const std::string& mountpoint, const Serve& serve, const std::string& log_file) {
+  if (log_file.empty() && ::access("/dev/log", W_OK) != 0)
+    spdlog::warn("no /dev/log here (a container?): the daemon's log is lost; pass --log-file PATH to keep it");
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) {
     std::cerr << "zeromount: pipe: " << strerror(errno) << "\n";
@@ -152,7 +187,7 @@ int run_in_background(const std::string& mountpoint, const Serve& serve) {
   }
   if (pid == 0) {
     close(ready[0]);
-    supervise(mountpoint, serve, ready[1]);
+    supervise(mountpoint, serve, ready[1], log_file);
   }
   close(ready[1]);
   std::string msg;
@@ -170,7 +205,10 @@ int run_in_background(const std::string& mountpoint, const Serve& serve) {
   // Return only once the mount answers: this stat waits for the server's first reply.
   struct stat st;
   if (::stat(mountpoint.c_str(), &st) != 0) {
-    std::cerr << "zeromount: " << mountpoint << " does not answer: " << strerror(errno) << "\n";
+    const int e = errno;
+    std::cerr << "zeromount: " << mountpoint << " does not answer: " << strerror(e) << "; unmounting\n";
+    kill(pid, SIGTERM);  // the supervisor forwards it; leave no mount and no process behind
+    lazy_unmount(mountpoint);
     return 1;
   }
   return 0;

@@ -11,7 +11,12 @@ using Serve = std::function<int(const std::function<void(const std::string&)>& m
 // mount point if the server dies without unmounting (kill -9, OOM). libfuse's auto_unmount fails
 // about 1% of the time (docs/spec/platform.md §5); a parent that waits for its child does not race.
 // Returns in the caller once the mount answers (0), or 1 with the reason on stderr.
-int run_in_background(const std::string& mountpoint, const Serve& serve);
+// Logs go to `log_file` once detached (syslog when empty).
+int run_in_background(const std::string& mountpoint, const Serve& serve, const std::string& log_file);
+
+// Why `mountpoint` cannot take a new mount ("" when it can): not a folder, already mounted, or a
+// dead mount left by a daemon that died, each with what to do.
+std::string mount_point_problem(const std::string& mountpoint);
 
 bool is_mounted(const std::string& mountpoint);
 

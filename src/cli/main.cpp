@@ -65,7 +65,10 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_flag("-f,--foreground", m.foreground, "stay in the foreground");
   app.add_flag("-d,--debug", m.debug, "libfuse debug output (implies -f)");
-  app.add_option("--log-level", m.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--log-level", m.log_level, "trace, debug, info, warn, error, critical or off")
+      ->transform(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}, CLI::ignore_case))
+      ->capture_default_str();
+  app.add_option("--log-file", m.log_file, "the daemon's log once it is in the background (default: syslog)");
   app.add_option("--threads", m.threads, "FUSE worker threads (default: libfuse's)");
   app.add_option("--read-ahead-kb", m.read_ahead_kb, "mount readahead in KiB (root only; 0 leaves 128)")
       ->capture_default_str();
@@ -99,7 +102,12 @@ int main(int argc, char** argv) {
   exp->add_option("--threads", threads, "parallel copies")->capture_default_str();
   exp->add_option("--layout", layout, "write layouts/<NAME> (a load_dir), e.g. zero3-dp64-bf16, instead of --view");
 
-  CLI11_PARSE(app, argc, argv);
+  // Exit codes as sshfs has them: 0, 1 for a failure, 2 for a usage error.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   try {
     if (*inspect) return zm::cli::inspect(ckpt, tag, json, layout);
     if (*dump) return zm::cli::dump(file, json);

@@ -5,9 +5,14 @@
 #include <spdlog/spdlog.h>
 
 #include <sys/statvfs.h>
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <set>
 #include <string>
 
 #include "zeromount/fuse/adapter.h"
@@ -25,24 +30,67 @@ const view::View& view_of(fuse_req_t req) {
   return *static_cast<const Context*>(fuse_req_userdata(req))->view;
 }
 
-// The errno of the exception in flight; logs it with the path it concerns.
+// Whether this (inode, errno) was logged already: a refused read is retried by readahead and by
+// the reader, and one line per file says all there is to say.
+bool first_time(const view::Inode* n, int err) {
+  static std::mutex mu;
+  static std::set<std::pair<uint64_t, int>> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  return seen.emplace(n ? n->ino : 0, err).second;
+}
+
+// The errno of the exception in flight; logs it once with the path it concerns.
 int current_errno(fuse_req_t req, const char* op, const view::Inode* n) noexcept {
   const std::string path = n ? view_of(req).describe(*n) : std::string("?");
+  int err = EIO;
+  std::string what;
+  auto level = spdlog::level::err;
   try {
     throw;
   } catch (const Error& e) {
-    spdlog::warn("{} {}: {}", op, path, e.what());
-    return e.errno_value();
+    err = e.errno_value();
+    what = e.what();
+    level = spdlog::level::warn;
   } catch (const std::bad_alloc&) {
-    spdlog::error("{} {}: out of memory", op, path);
-    return ENOMEM;
+    err = ENOMEM;
+    what = "out of memory";
   } catch (const std::exception& e) {
-    spdlog::error("{} {}: {}", op, path, e.what());
-    return EIO;
+    what = e.what();
   } catch (...) {
-    spdlog::error("{} {}: unknown error", op, path);
-    return EIO;
+    what = "unknown error";
   }
+  spdlog::log(first_time(n, err) ? level : spdlog::level::debug, "{} {}: {}", op, path, what);
+  return err;
+}
+
+bool debugging() {
+  return spdlog::should_log(spdlog::level::debug);
+}
+
+// What a read touched, for debugging: "file 3 @4096 +1048576, zero +64, inline +120".
+std::string extents_read(const view::OpenFile& f, uint64_t off, size_t n) {
+  std::string out;
+  for (const auto& s : f.content().segments()) {
+    if (s.start + s.length <= off || s.start >= off + n) continue;
+    const uint64_t a = std::max(off, s.start), b = std::min(off + n, s.start + s.length);
+    if (!out.empty()) out += ", ";
+    switch (s.kind) {
+      case pt::Segment::Stored:
+        out += "file " + std::to_string(s.file) + " @" + std::to_string(s.offset + (a - s.start));
+        break;
+      case pt::Segment::Zero:
+        out += "zero";
+        break;
+      case pt::Segment::Inline:
+        out += "inline";
+        break;
+      case pt::Segment::Computed:
+        out += "computed";
+        break;
+    }
+    out += " +" + std::to_string(b - a);
+  }
+  return out.empty() ? "nothing" : out;
 }
 
 fuse_entry_param entry(const view::View& v, const view::Inode& n) {
@@ -68,6 +116,11 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   const view::View& v = view_of(req);
   try {
     const view::Inode* n = v.lookup(parent, name);
+    if (debugging()) {
+      const view::Inode* p = v.tree().get(parent);
+      spdlog::debug("lookup {}/{}: {}", p ? v.describe(*p) : "?", name,
+                    n ? "inode " + std::to_string(n->ino) : "ENOENT");
+    }
     fuse_entry_param e{};  // ino 0: a negative entry, cached as long as positive ones
     if (n)
       e = entry(v, *n);
@@ -150,6 +203,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const view::View& v = view_of(req);
   try {
     auto h = std::make_unique<view::OpenFile>(v.open(v.inode(ino), fi->flags));
+    if (debugging())
+      spdlog::debug("open {}: {} bytes in {} segments", v.describe(h->inode()), h->size(),
+                    h->content().segments().size());
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     fi->keep_cache = 1;  // the bytes never change while mounted: let the page cache serve repeats
     if (fuse_reply_open(req, fi) == 0) h.release();
@@ -163,7 +219,11 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
   try {
     thread_local std::string buf;  // one per worker thread, reused: no allocation per request
     if (buf.size() < size) buf.resize(size);
-    fuse_reply_buf(req, buf.data(), h->read(uint64_t(off), buf.data(), size));
+    const size_t n = h->read(uint64_t(off), buf.data(), size);
+    if (debugging())
+      spdlog::debug("read {} [{}, +{}): {}", view_of(req).describe(h->inode()), off, size,
+                    extents_read(*h, uint64_t(off), n));
+    fuse_reply_buf(req, buf.data(), n);
   } catch (...) {
     fuse_reply_err(req, current_errno(req, "read", &h->inode()));
   }
@@ -226,6 +286,28 @@ void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*
   erofs(req);
 }
 
+// libfuse's own messages ("failed to open /dev/fuse: Permission denied", fusermount3's reasons)
+// go to our log; the last one is kept so that a failed mount can say why.
+std::string g_last_fuse_message;
+
+void log_from_libfuse(enum fuse_log_level level, const char* fmt, va_list ap) {
+  char buf[1024];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  std::string msg = buf;
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  if (level <= FUSE_LOG_ERR) g_last_fuse_message = msg;
+  if (level <= FUSE_LOG_ERR)
+    spdlog::error("libfuse: {}", msg);
+  else if (level <= FUSE_LOG_NOTICE)
+    spdlog::info("libfuse: {}", msg);
+  else
+    spdlog::debug("libfuse: {}", msg);
+}
+
+std::string because() {
+  return g_last_fuse_message.empty() ? "" : ": " + g_last_fuse_message;
+}
+
 fuse_lowlevel_ops make_ops() {
   fuse_lowlevel_ops ops{};
   ops.init = op_init;
@@ -271,9 +353,10 @@ int serve(const view::View& v, const MountConfig& cfg, const std::function<void(
   fuse_args args = FUSE_ARGS_INIT(int(argv.size()), argv.data());
   Context context{&v};
   const fuse_lowlevel_ops ops = make_ops();
+  fuse_set_log_func(log_from_libfuse);
   fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &context);
   if (!se) {
-    mounted("cannot create a FUSE session (bad -o option?)");
+    mounted("cannot create a FUSE session (bad -o option?)" + because());
     return 1;
   }
   if (fuse_set_signal_handlers(se) != 0) {
@@ -284,7 +367,7 @@ int serve(const view::View& v, const MountConfig& cfg, const std::function<void(
   if (fuse_session_mount(se, cfg.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
-    mounted("cannot mount on " + cfg.mountpoint + " (is /dev/fuse available, and the folder empty and not mounted?)");
+    mounted("cannot mount on " + cfg.mountpoint + because());
     return 1;
   }
   mounted("");

@@ -98,3 +98,73 @@ def test_mount_point_errors_are_clear(tmp_path):
     assert r.returncode != 0 and "missing" in r.stderr
     r = run(str(tmp_path / "nothing-here"), str(tmp_path))
     assert r.returncode != 0 and "nothing-here" in r.stderr
+
+
+SRC = os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint")
+
+
+def serving_processes(about=""):
+    """The zm-serve processes whose command line mentions `about`."""
+    out = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and open(f"/proc/{p}/comm").read().strip() == "zm-serve" and \
+                    about.encode() in open(f"/proc/{p}/cmdline", "rb").read():
+                out.append(p)
+        except OSError:
+            pass
+    return out
+
+
+def test_usage_errors_exit_2_and_unknown_log_levels_are_refused(tmp_path):
+    for bad in (["--bogus"], ["--log-level", "loud", SRC, str(tmp_path)], ["export"]):
+        r = run(*bad)
+        assert r.returncode == 2, (bad, r.returncode, r.stderr)
+    assert "loud" in run("--log-level", "loud", SRC, str(tmp_path)).stderr
+    assert run("--version").returncode == 0
+    with mount(SRC, "--log-level", "INFO") as m:  # any case of a known level
+        assert os.listdir(m)
+
+
+def test_mount_point_mistakes_leave_nothing_behind(tmp_path):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    r = run(SRC, str(f))
+    assert r.returncode == 1 and "not a folder" in r.stderr, r.stderr
+    with mount(SRC) as m:
+        r = run(SRC, m)
+        assert r.returncode == 1 and "already mounted" in r.stderr and "fusermount3 -u" in r.stderr, r.stderr
+        assert len([l for l in open("/proc/self/mounts") if f" {m} " in l]) == 1, "no second mount on top"
+        assert len(serving_processes(m)) == 1
+    assert serving_processes(str(f)) == []
+
+
+def test_a_dead_mount_is_named_with_its_recovery(tmp_path):
+    import signal
+    import time
+    from conftest import TEST_ROOT
+    m = tempfile_dir = os.path.join(TEST_ROOT, "dead")
+    os.makedirs(m, exist_ok=True)
+    assert run(SRC, m).returncode == 0
+    server = serving_processes(m)[0]
+    supervisor = int(open(f"/proc/{server}/stat").read().split(")")[1].split()[1])
+    os.kill(supervisor, signal.SIGKILL)  # nobody is left to unmount: the mount is dead
+    os.kill(int(server), signal.SIGKILL)
+    time.sleep(0.3)
+    try:
+        r = run(SRC, m)
+        assert r.returncode == 1 and "dead mount" in r.stderr and "fusermount3 -u -z" in r.stderr, r.stderr
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", tempfile_dir], capture_output=True)
+
+
+def test_log_file_gets_the_daemon_log(tmp_path):
+    log = tmp_path / "zm.log"
+    with mount(SRC, "--log-file", str(log), "--log-level", "debug") as m:
+        open(f"{m}/global_step3_universal/zero/fc1.weight/fp32.pt", "rb").read()
+        assert not os.path.exists(f"{m}/nope")
+    text = log.read_text()
+    assert "lookup /global_step3_universal/zero/fc1.weight: inode" in text, text[-2000:]
+    assert "open /global_step3_universal/zero/fc1.weight/fp32.pt" in text, text[-2000:]
+    assert "read /global_step3_universal/zero/fc1.weight/fp32.pt" in text and "file " in text
+    assert "ENOENT" in text
