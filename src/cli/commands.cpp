@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <malloc.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -48,10 +49,23 @@ int inspect(const std::string& ckpt, const std::string& tag, bool json, const st
   return 0;
 }
 
+namespace {
+std::atomic<bool> g_cancel_export{false};
+void cancel_export(int) {
+  g_cancel_export = true;
+}
+}  // namespace
+
 int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads,
                 const std::string& layout) {
   auto view = view::View::load(source);
   view::ExportOptions o;
+  // Ctrl-C or SIGTERM stop the export, which then removes its temporary folder.
+  struct sigaction sa {};
+  sa.sa_handler = cancel_export;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  o.cancel = &g_cancel_export;
   o.what = layout.empty() ? what : "layouts";
   o.below = layout;
   o.threads = threads;

@@ -1,12 +1,18 @@
 #include "zeromount/pt/pt_writer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "zeromount/pt/crc32.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/file.h"
 #include "zeromount/pt/pickle_writer.h"
 #include "zeromount/pt/virtual_file.h"
+#include "zeromount/pt/zip_reader.h"
 
 namespace zm::pt {
 namespace {
@@ -202,6 +208,43 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
   end.u16(0);
   vf.append_inline(end.s);
   return vf;
+}
+
+void write_record_crcs(const std::string& path) {
+  std::vector<ZipEntry> entries;
+  std::vector<uint64_t> data_at;
+  {
+    File f(path);
+    ZipReader zip(f);
+    entries = zip.entries();
+    for (const auto& e : entries) data_at.push_back(zip.data_offset(e));
+  }
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open to write CRCs: " + strerror(errno), errno);
+  auto put = [&](uint64_t at, uint32_t v) {
+    unsigned char b[4] = {uint8_t(v), uint8_t(v >> 8), uint8_t(v >> 16), uint8_t(v >> 24)};
+    if (::pwrite(fd, b, 4, off_t(at)) != 4) throw Error(path + ": cannot write a CRC: " + strerror(errno), EIO);
+  };
+  try {
+    std::string buf(1 << 20, '\0');
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const ZipEntry& e = entries[k];
+      uint32_t crc = 0;
+      for (uint64_t at = 0; at < e.size;) {
+        const size_t n = size_t(std::min<uint64_t>(buf.size(), e.size - at));
+        if (::pread(fd, buf.data(), n, off_t(data_at[k] + at)) != ssize_t(n))
+          throw Error(path + ": short read while computing CRCs", EIO);
+        crc = crc32(buf.data(), n, crc);
+        at += n;
+      }
+      put(e.central_header + 16, crc);
+      if (e.size) put(data_at[k] + e.size + 4, crc);  // the data descriptor after the data: signature, then CRC
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
 }
 
 }  // namespace zm::pt

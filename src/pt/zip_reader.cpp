@@ -84,6 +84,7 @@ ZipReader::ZipReader(const File& file) : file_(file) {
     if (pos + 46 > cd_size || u32(c + pos) != kCentralSig)
       throw FormatError(where(path, "bad central directory entry " + std::to_string(k), (long long)(cd_ofs + pos)));
     ZipEntry e;
+    e.central_header = cd_ofs + pos;
     e.method = u16(c + pos + 10);
     e.crc = u32(c + pos + 16);
     e.compressed_size = u32(c + pos + 20);

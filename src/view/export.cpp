@@ -1,18 +1,22 @@
 #include "zeromount/view/export.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <tuple>
 
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/pt_writer.h"
 #include "zeromount/view/provider.h"
 
 namespace zm::view {
@@ -39,6 +43,7 @@ struct Job {
   const Inode* node;
   std::string path;
   std::string link_to;  // the same bytes were already exported there: hard-link instead of copying
+  bool whole_real_file = false;
 };
 
 void collect(const View& v, const Inode& n, const std::string& path, std::vector<Job>& files,
@@ -68,6 +73,7 @@ void copy_file(const View& v, const Job& job, std::string& buf, std::atomic<uint
         w += size_t(r);
       }
       off += n;
+      if (o.cancel && o.cancel->load()) throw Error("export interrupted", EINTR);
       const uint64_t d = done.fetch_add(n) + n;
       if (o.progress) o.progress(d, total);
     }
@@ -76,6 +82,22 @@ void copy_file(const View& v, const Job& job, std::string& buf, std::atomic<uint
     throw;
   }
   if (::close(fd) != 0) throw Error(job.path + ": close failed: " + strerror(errno), errno);
+  if (o.crcs && !job.whole_real_file && job.path.size() > 3 && job.path.compare(job.path.size() - 3, 3, ".pt") == 0)
+    pt::write_record_crcs(job.path);  // a real file already has the CRCs torch wrote
+}
+
+// `.<out>.zeromount-XXXXXX` folders beside `target` whose export process is gone.
+void remove_dead_exports(const fs::path& target) {
+  const std::string prefix = "." + target.filename().string() + ".zeromount-";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(target.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0 || !e.is_directory(ec)) continue;
+    std::ifstream in(e.path() / ".zeromount-pid");
+    pid_t pid = 0;
+    if (in >> pid && pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM)) continue;  // still running
+    fs::remove_all(e.path(), ec);
+  }
 }
 
 }  // namespace
@@ -85,10 +107,12 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
   check_kind(o.what);
   if (fs::exists(target)) throw Error(out + ": already exists; export writes a new folder", EEXIST);
   const Inode& root = *v.tree().get(Tree::kRoot);
+  remove_dead_exports(target);
   std::string tmpl = (target.parent_path() / ("." + target.filename().string() + ".zeromount-XXXXXX")).string();
   if (!mkdtemp(tmpl.data())) throw Error(out + ": cannot create a folder beside it: " + strerror(errno), errno);
   const std::string tmp = tmpl;
   try {
+    std::ofstream(tmp + "/.zeromount-pid") << getpid() << "\n";
     std::vector<Job> files;
     std::vector<std::string> dirs;
     for (auto e = v.dir_entry(root, 2); e; e = v.dir_entry(root, e->next)) {
@@ -112,6 +136,7 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
       const OpenFile file = v.open(*f.node, O_RDONLY);
       const auto& segs = file.content().segments();
       if (segs.size() != 1 || segs[0].kind != pt::Segment::Stored || segs[0].offset != 0) continue;
+      f.whole_real_file = true;
       auto [it, fresh] = whole_files.try_emplace({segs[0].file, segs[0].offset, segs[0].length}, f.path);
       if (!fresh) f.link_to = it->second;
     }
@@ -143,6 +168,11 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
     for (const auto& f : files)
       if (!f.link_to.empty() && ::link(f.link_to.c_str(), f.path.c_str()) != 0)
         throw Error(f.path + ": cannot link: " + strerror(errno), errno);
+    if (o.cancel && o.cancel->load()) throw Error("export interrupted", EINTR);
+    fs::remove(tmp + "/.zeromount-pid");
+    const mode_t mask = ::umask(0);  // mkdtemp made it 0700; the result follows the umask like any mkdir
+    ::umask(mask);
+    ::chmod(tmp.c_str(), 0777 & ~mask);
     fs::rename(tmp, target);
     return {files.size(), total};
   } catch (...) {

@@ -66,3 +66,49 @@ def test_failure_leaves_nothing(tmp_path):
         assert os.listdir(small) == [], "a failed export leaves nothing behind"
     finally:
         subprocess.run(["umount", str(small)])
+
+
+def test_exported_pt_files_carry_real_crcs(tmp_path):
+    import zipfile
+    out = tmp_path / "exported"
+    assert export(os.path.join(FIXTURES, "z3_ws2_fp32_pg2", "checkpoint"), out).returncode == 0
+    checked = 0
+    for dirpath, _, files in os.walk(out):
+        for f in files:
+            if f.endswith(".pt"):
+                with zipfile.ZipFile(os.path.join(dirpath, f)) as z:
+                    assert z.testzip() is None, f"{dirpath}/{f}: a record's CRC is wrong"
+                checked += 1
+    assert checked > 27
+    assert oct(os.stat(out).st_mode & 0o777) == oct(0o777 & ~current_umask()), "the folder follows the umask"
+
+
+def current_umask():
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def test_a_stopped_export_leaves_nothing_and_a_dead_ones_leftovers_go(tmp_path):
+    import signal
+    import time
+    big = tmp_path / "big"
+    subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "bench", "gen_ckpt.py"), str(big), "--stage", "2", "--dp", "2", "--params", "8",
+        "--numel-min", "4000000", "--numel-max", "4000000"], check=True, capture_output=True, timeout=300)
+    out = tmp_path / "exported"
+    p = subprocess.Popen([ZEROMOUNT, "export", str(big), str(out), "--view", "all", "--threads", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and not [e for e in os.listdir(tmp_path) if e.startswith(".exported.")]:
+        time.sleep(0.005)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0 and "interrupted" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["big"], "no temporary folder and no half export"
+    # A dead export's folder (kill -9 leaves it) is removed by the next export to the same place.
+    stale = tmp_path / ".exported.zeromount-dead01"
+    stale.mkdir()
+    (stale / ".zeromount-pid").write_text("999999999\n")
+    assert export(os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint"), out).returncode == 0
+    assert not stale.exists()

@@ -23,4 +23,9 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts = {});
 // Appends one piece of a tensor's data (value.h): file bytes, zero fill or computed bytes.
 void append_piece(VirtualFile& vf, const Tensor& t, const Extent& e);
 
+// Writes the real CRC-32 of every record into a .pt file written out from a VirtualFile (its
+// central directory and data descriptors), so that `unzip -t` and Python's zipfile accept it.
+// For exported files, which are written once: the mount serves CRC 0, which torch.load ignores.
+void write_record_crcs(const std::string& path);
+
 }  // namespace zm::pt

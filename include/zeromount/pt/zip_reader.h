@@ -10,9 +10,10 @@
 namespace zm::pt {
 
 struct ZipEntry {
-  std::string name;           // full name, with the archive prefix
-  uint64_t local_header = 0;  // offset of the local header
-  uint64_t size = 0;          // uncompressed size
+  std::string name;             // full name, with the archive prefix
+  uint64_t local_header = 0;    // offset of the local header
+  uint64_t central_header = 0;  // offset of its central directory record
+  uint64_t size = 0;            // uncompressed size
   uint64_t compressed_size = 0;
   uint16_t method = 0;  // 0 = stored
   uint32_t crc = 0;
