@@ -6,14 +6,18 @@
 
 namespace zm::view {
 
-std::string param_dir_name(std::string_view name) {
+std::string param_dir_name(std::string_view name, std::initializer_list<std::string_view> taken) {
   if (name == ".") return "%2E";
   if (name == "..") return "%2E%2E";
+  for (std::string_view t : taken)
+    if (name == t) {
+      char h[4];
+      snprintf(h, sizeof h, "%%%02X", (unsigned char)name[0]);
+      return h + std::string(name.substr(1));
+    }
   std::string out;
   for (char c : name) {
-    if (c == '%')
-      out += "%25";
-    else if (c == '/')
+    if (c == '/')
       out += "%2F";
     else if (c == '\0')
       out += "%00";

@@ -28,7 +28,7 @@ class ParamsProvider final : public Provider {
     cx.add_text(d, "README", params_readme(ix.tag), mtime);
     tree.add_file(d, "summary", mtime, [t] { return text_file(params_summary(*t->index)); });
     for (const ds::Param& p : ix.params) {
-      const uint64_t pd = tree.add_dir(d, param_dir_name(p.name), mtime);
+      const uint64_t pd = tree.add_dir(d, param_dir_name(p.name, {"README", "summary"}), mtime);
       const ds::Param* pp = &p;
       // The statistics read the whole parameter, so stat() sizes the text without them.
       tree.add_file(

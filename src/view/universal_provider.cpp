@@ -40,7 +40,7 @@ class UniversalProvider final : public Provider {
     tree.add_file(zero, "optimizer_state.pt", mtime, [t] { return optimizer_state_file(*t); });
     const bool bare = cx.options().bare_zero3_tensors && ix.stage == 3;
     for (const ds::Param& p : ix.params) {
-      const uint64_t d = tree.add_dir(zero, param_dir_name(p.name), mtime);
+      const uint64_t d = tree.add_dir(zero, param_dir_name(p.name, {"optimizer_state.pt"}), mtime);
       const ds::Param* pp = &p;
       for (size_t k = 0; k < ix.state_names.size(); ++k)
         tree.add_file(d, ix.state_names[k] + ".pt", mtime,
