@@ -131,6 +131,11 @@ int mount(const MountOptions& o) {
   vo.tp_strict = !o.tp_no_strict;
   vo.tags = o.tags;
   auto view = view::View::load(o.source, vo);
+  if (view->stats().tags == 0 && view->stats().refused_tags == 0)
+    spdlog::warn(
+        "{}: no ZeRO checkpoint here (no tag folder with *_optim_states.pt files): mounting a plain "
+        "read-only mirror",
+        o.source);
   malloc_trim(0);  // give back what decoding the pickles used, before the server inherits it
   const auto& s = view->stats();
   fuse::MountConfig cfg;

@@ -1,5 +1,6 @@
 // zeromount: mount a DeepSpeed ZeRO checkpoint as a read-only view with universal checkpoints
 // built lazily, or inspect one. Only argument parsing lives here.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -53,6 +54,9 @@ std::vector<std::string> take_layout_opts(const std::vector<std::string>& opts, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Log lines are for the terminal's stderr (stdout carries inspect's and dump's output) until a
+  // mount's daemon detaches.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("zeromount"));
   CLI::App app{
       "zeromount: a read-only FUSE view of DeepSpeed ZeRO checkpoints, with universal "
       "checkpoints built lazily from the shards"};

@@ -44,6 +44,14 @@ void View::mirror(const std::string& real_dir, uint64_t dir) {
         const uint64_t d = tree_.add_dir(dir, name, st.st_mtim);
         tree_.set_access(d, access_of(st));
         mirror(e.path().string(), d);
+      } else if (S_ISREG(st.st_mode) && dir == Tree::kRoot && name == "latest" && st.st_size <= 4096) {
+        // DeepSpeed rewrites `latest` in place after every save: served as the text it held at
+        // mount, so that a rewrite (or a touch) never makes it ESTALE, and it keeps naming a tag
+        // the view has.
+        const pt::File f(e.path().string());
+        const uint64_t ino = cx.add_text(dir, name, f.read_string(0, size_t(f.size()), "latest"), st.st_mtim);
+        tree_.set_access(ino, access_of(st));
+        real_bytes_ += uint64_t(st.st_size);
       } else if (S_ISREG(st.st_mode)) {
         cx.add_real_file(dir, name, e.path().string());
         real_bytes_ += uint64_t(st.st_size);

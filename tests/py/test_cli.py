@@ -168,3 +168,25 @@ def test_log_file_gets_the_daemon_log(tmp_path):
     assert "open /global_step3_universal/zero/fc1.weight/fp32.pt" in text, text[-2000:]
     assert "read /global_step3_universal/zero/fc1.weight/fp32.pt" in text and "file " in text
     assert "ENOENT" in text
+
+
+def test_a_source_without_zero_checkpoint_mounts_with_a_warning(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("x")
+    m = tmp_path / "m"
+    m.mkdir()
+    r = run(str(tmp_path / "notes"), str(m))
+    try:
+        assert r.returncode == 0 and "no ZeRO checkpoint" in r.stderr, r.stderr
+    finally:
+        subprocess.run(["fusermount3", "-u", str(m)], capture_output=True)
+
+
+def test_latest_rewritten_after_the_mount_is_never_stale(tmp_copy):
+    d = tmp_copy("z2_ws2_fp32_pg2")
+    with mount(d) as m:
+        before = open(f"{m}/latest").read()
+        with open(f"{d}/latest", "w") as f:  # what DeepSpeed does after its next save
+            f.write("global_step4")
+        assert open(f"{m}/latest").read() == before == "global_step3"
+        assert open(f"{m}/latest_universal").read() == "global_step3_universal"
