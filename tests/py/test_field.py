@@ -165,3 +165,48 @@ def test_an_unprivileged_user_mounts_a_folder_with_entries_it_cannot_read():
         assert read_as(USER, str(mnt / f"{TAG}_universal/zero/fc1.weight/fp32.pt")) == 0
     finally:
         subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+
+
+def test_more_files_than_descriptors_and_a_deleted_source_holds_none(tmp_path):
+    src = tmp_path / "ckpt"
+    shutil.copytree(SRC, src)
+    (src / "logs").mkdir()
+    for k in range(3000):
+        (src / "logs" / f"{k:05d}.log").write_text(f"line {k}\n")
+    mnt = tmp_path / "m"
+    mnt.mkdir()
+    # A descriptor limit far below the file count: files are opened on first read, never all at once.
+    r = subprocess.run(["prlimit", "--nofile=512:512", ZEROMOUNT, str(src), str(mnt)], capture_output=True,
+                       text=True, timeout=120)
+    try:
+        assert r.returncode == 0, r.stderr
+        for k in range(0, 3000, 7):
+            assert open(mnt / "logs" / f"{k:05d}.log").read() == f"line {k}\n"
+        server = [p for p in os.listdir("/proc") if p.isdigit() and os.path.exists(f"/proc/{p}/comm") and
+                  open(f"/proc/{p}/comm").read().strip() == "zm-serve" and
+                  str(mnt).encode() in open(f"/proc/{p}/cmdline", "rb").read()][0]
+        open_files = lambda: [os.readlink(f"/proc/{server}/fd/{fd}") for fd in os.listdir(f"/proc/{server}/fd")]
+        assert len([f for f in open_files() if f.startswith(str(src))]) <= 256
+        shutil.rmtree(src)  # the source goes away: the daemon must not keep it allocated
+        with pytest.raises(OSError):
+            open(mnt / "logs" / "00001.log").read()  # not read before: it cannot be opened any more
+        assert len([f for f in open_files() if "(deleted)" in f]) <= 256
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+
+
+def test_an_overwrite_that_restores_the_mtime_is_still_stale(tmp_path):
+    src = tmp_path / "ckpt"
+    shutil.copytree(SRC, src)
+    shard = src / TAG / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    with mount(str(src)) as m:
+        st = os.stat(shard)
+        with open(shard, "r+b") as f:  # same size, and the mtime put back: only ctime tells
+            f.seek(200)
+            b = f.read(1)
+            f.seek(200)
+            f.write(bytes([b[0] ^ 0xFF]))
+        os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+        with pytest.raises(OSError) as e:
+            open(f"{m}/{TAG}_universal/zero/fc1.weight/fp32.pt", "rb").read()
+        assert e.value.errno == errno.ESTALE
