@@ -302,9 +302,14 @@ size_t ConcatenatedTensor::memory_bytes() const {
   return sizeof(*this) + ranks_memory(ranks_) + cat_.memory_bytes();
 }
 
-AveragedTensor::AveragedTensor(std::vector<RankBytes> ranks, pt::DType dtype, const std::string& name)
+ElementwiseTensor::ElementwiseTensor(std::vector<RankBytes> ranks, pt::DType dtype, const std::string& name,
+                                     const char* rule)
     : ranks_(std::move(ranks)), name_(name) {
-  check_same_f32(ranks_, dtype, name, "averaging");
+  check_same_f32(ranks_, dtype, name, rule);
+}
+
+size_t ElementwiseTensor::memory_bytes() const {
+  return sizeof(*this) + ranks_memory(ranks_) + name_.capacity();
 }
 
 void AveragedTensor::read(uint64_t offset, void* out, size_t n, const pt::ExtentReader& files) const {
@@ -324,15 +329,6 @@ void AveragedTensor::read(uint64_t offset, void* out, size_t n, const pt::Extent
   }
 }
 
-size_t AveragedTensor::memory_bytes() const {
-  return sizeof(*this) + ranks_memory(ranks_) + name_.capacity();
-}
-
-ReplicatedTensor::ReplicatedTensor(std::vector<RankBytes> ranks, pt::DType dtype, const std::string& name)
-    : ranks_(std::move(ranks)), name_(name) {
-  check_same_f32(ranks_, dtype, name, "a tp-replicated parameter");
-}
-
 void ReplicatedTensor::read(uint64_t offset, void* out, size_t n, const pt::ExtentReader& files) const {
   if (offset + n > size()) throw Error(name_ + ": read past the end of a replicated tensor");
   ranks_[0].read(offset, out, n, files);
@@ -350,10 +346,6 @@ void ReplicatedTensor::read(uint64_t offset, void* out, size_t n, const pt::Exte
                       "); DeepSpeed's converter stops here with a bare AssertionError (merge_tp_slices)");
     }
   }
-}
-
-size_t ReplicatedTensor::memory_bytes() const {
-  return sizeof(*this) + ranks_memory(ranks_) + name_.capacity();
 }
 
 }  // namespace zm::ds

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "helpers.h"
+#include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/view.h"
@@ -19,25 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using view::Inode;
 using view::View;
-
-const Inode& at(const View& v, const std::string& path) {
-  const Inode* n = v.tree().get(view::Tree::kRoot);
-  for (size_t a = 1; a < path.size();) {
-    size_t b = path.find('/', a);
-    if (b == std::string::npos) b = path.size();
-    n = v.tree().lookup(n->ino, path.substr(a, b - a));
-    if (!n) throw std::runtime_error("no " + path);
-    a = b + 1;
-  }
-  return *n;
-}
-
-std::string content_of(const View& v, const Inode& n) {
-  const auto c = v.open(n, O_RDONLY);
-  std::string s(c.size(), '\0');
-  EXPECT_EQ(c.read(0, s.data(), s.size()), s.size());
-  return s;
-}
 
 // The storage record of a tensor: all of it (a vocabulary cut keeps its padding rows there).
 std::string storage_bytes(const pt::PtFile& f, const pt::Tensor& t) {

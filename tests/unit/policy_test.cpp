@@ -7,6 +7,7 @@
 #include <set>
 
 #include "helpers.h"
+#include "view_helpers.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/export.h"
 #include "zeromount/view/provider.h"
@@ -20,15 +21,6 @@ using view::Inode;
 using view::View;
 
 const std::string kCkpt = kFixtures + "/z2_ws2_fp32_pg2/checkpoint";
-
-const Inode& at(const View& v, const std::string& path) {
-  const Inode* n = &v.inode(view::Tree::kRoot);
-  for (const auto& part : fs::path(path).relative_path()) {
-    n = v.lookup(n->ino, part.string());
-    if (!n) throw std::runtime_error("no " + path);
-  }
-  return *n;
-}
 
 int errno_of(const std::function<void()>& f) {
   try {

@@ -119,32 +119,35 @@ class ConcatenatedTensor : public pt::Computed {
   uint64_t esize_;
 };
 
-// Rule 2 served lazily (fp32 only: the states DeepSpeed averages are fp32 master weights and moments).
-class AveragedTensor : public pt::Computed {
+// Rules 1 and 2 combine the ranks' copies element by element: every rank holds the same number
+// of fp32 elements, checked when made.
+class ElementwiseTensor : public pt::Computed {
  public:
-  AveragedTensor(std::vector<RankBytes> ranks, pt::DType dtype, const std::string& name);
   uint64_t size() const override { return ranks_[0].size(); }
-  void read(uint64_t offset, void* out, size_t n, const pt::ExtentReader& files) const override;
   size_t memory_bytes() const override;
 
- private:
+ protected:
+  ElementwiseTensor(std::vector<RankBytes> ranks, pt::DType dtype, const std::string& name, const char* rule);
   std::vector<RankBytes> ranks_;
   std::string name_;
+};
+
+// Rule 2 served lazily (fp32 only: the states DeepSpeed averages are fp32 master weights and moments).
+class AveragedTensor : public ElementwiseTensor {
+ public:
+  AveragedTensor(std::vector<RankBytes> ranks, pt::DType dtype, const std::string& name)
+      : ElementwiseTensor(std::move(ranks), dtype, name, "averaging") {}
+  void read(uint64_t offset, void* out, size_t n, const pt::ExtentReader& files) const override;
 };
 
 // Rule 1: rank 0's copy. DeepSpeed asserts `L_0.equal(L_t)` for every t (a bare AssertionError);
 // this serves L_0 and checks, on each read, that the other ranks hold equal values in that range
 // (torch.equal compares values: -0.0 equals 0.0, NaN equals nothing). fp32 only.
-class ReplicatedTensor : public pt::Computed {
+class ReplicatedTensor : public ElementwiseTensor {
  public:
-  ReplicatedTensor(std::vector<RankBytes> ranks, pt::DType dtype, const std::string& name);
-  uint64_t size() const override { return ranks_[0].size(); }
+  ReplicatedTensor(std::vector<RankBytes> ranks, pt::DType dtype, const std::string& name)
+      : ElementwiseTensor(std::move(ranks), dtype, name, "a tp-replicated parameter") {}
   void read(uint64_t offset, void* out, size_t n, const pt::ExtentReader& files) const override;
-  size_t memory_bytes() const override;
-
- private:
-  std::vector<RankBytes> ranks_;
-  std::string name_;
 };
 
 }  // namespace zm::ds

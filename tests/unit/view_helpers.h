@@ -1,0 +1,34 @@
+#pragma once
+// Walking and reading a View in tests, the way a reader of the mount would.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "zeromount/view/view.h"
+
+namespace zm::test {
+
+// The entry at a mount-relative path ("/a/b"); throws when there is none.
+inline const view::Inode& at(const view::View& v, const std::string& path) {
+  const view::Inode* n = v.tree().get(view::Tree::kRoot);
+  for (size_t a = 1; a < path.size();) {
+    size_t b = path.find('/', a);
+    if (b == std::string::npos) b = path.size();
+    n = v.lookup(n->ino, path.substr(a, b - a));
+    if (!n) throw std::runtime_error("no " + path);
+    a = b + 1;
+  }
+  return *n;
+}
+
+// A file's whole content, read through an OpenFile.
+inline std::string content_of(const view::View& v, const view::Inode& n) {
+  const auto c = v.open(n, O_RDONLY);
+  std::string s(c.size(), '\0');
+  EXPECT_EQ(c.read(0, s.data(), s.size()), s.size());
+  return s;
+}
+
+}  // namespace zm::test
