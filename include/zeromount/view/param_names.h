@@ -1,7 +1,7 @@
 #pragma once
 // How a parameter name becomes a folder name inside made-up folders.
-#include <string>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 
 namespace zm::view {
