@@ -288,6 +288,7 @@ void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*
 
 // libfuse's own messages ("failed to open /dev/fuse: Permission denied", fusermount3's reasons)
 // go to our log; the last one is kept so that a failed mount can say why.
+std::mutex g_fuse_message_mu;  // libfuse may log from any worker thread
 std::string g_last_fuse_message;
 
 void log_from_libfuse(enum fuse_log_level level, const char* fmt, va_list ap) {
@@ -295,7 +296,10 @@ void log_from_libfuse(enum fuse_log_level level, const char* fmt, va_list ap) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   std::string msg = buf;
   while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  if (level <= FUSE_LOG_ERR) g_last_fuse_message = msg;
+  if (level <= FUSE_LOG_ERR) {
+    std::lock_guard<std::mutex> lock(g_fuse_message_mu);
+    g_last_fuse_message = msg;
+  }
   if (level <= FUSE_LOG_ERR)
     spdlog::error("libfuse: {}", msg);
   else if (level <= FUSE_LOG_NOTICE)
