@@ -107,6 +107,13 @@ def operations(m, tmp):
         bad = [c for c in checks if c is not None]
         return bad[0] if bad else None
 
+    def private_copy(name):
+        """A copy of the source that a check may change, for a mount of its own."""
+        import shutil
+        src = os.path.join(tmp, name)
+        shutil.copytree(os.path.join(FIXTURES, SOURCE, "checkpoint"), src)
+        return src
+
     def stat_file():
         st = os.stat(f)
         with open(f, "rb") as fh:
@@ -115,9 +122,7 @@ def operations(m, tmp):
         return None if ok else f"mode {oct(st.st_mode)} size {st.st_size} (read {n}) blksize {st.st_blksize}"
 
     def readlink():
-        import shutil
-        src = os.path.join(tmp, "linked")
-        shutil.copytree(os.path.join(FIXTURES, SOURCE, "checkpoint"), src)
+        src = private_copy("linked")
         os.symlink("global_step3/../latest", os.path.join(src, "link"))
         with mount(src) as m2:
             got = os.readlink(os.path.join(m2, "link"))
@@ -143,9 +148,7 @@ def operations(m, tmp):
 
     def changed_shard(want):
         # A private mount of a copy whose shard is rewritten in place, same size.
-        import shutil
-        src = os.path.join(tmp, "changed")
-        shutil.copytree(os.path.join(FIXTURES, SOURCE, "checkpoint"), src)
+        src = private_copy("changed")
         shard = os.path.join(src, TAG, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
         with mount(src) as m2:
             target = os.path.join(m2, f"{TAG}_universal", "zero", "fc1.weight", "fp32.pt")
@@ -158,9 +161,7 @@ def operations(m, tmp):
             return expect(want, lambda: open(target, "rb").read())
 
     def replaced_shard(want):
-        import shutil
-        src = os.path.join(tmp, "replaced")
-        shutil.copytree(os.path.join(FIXTURES, SOURCE, "checkpoint"), src)
+        src = private_copy("replaced")
         shard = os.path.join(src, TAG, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
         with mount(src) as m2:
             target = os.path.join(m2, f"{TAG}_universal", "zero", "fc1.weight", "exp_avg.pt")

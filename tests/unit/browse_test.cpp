@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "helpers.h"
+#include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/view/view.h"
 
@@ -17,12 +18,9 @@ namespace fs = std::filesystem;
 
 std::string info_of(const std::string& ckpt, const std::string& param) {
   auto v = view::View::load(ckpt);
-  const view::Inode* n = v->lookup(view::Tree::kRoot, "global_step3_params");
-  n = v->lookup(v->lookup(n->ino, param)->ino, "info");
-  const auto f = v->open(*n, O_RDONLY);
-  std::string s(f.size(), '\0');
-  s.resize(f.read(0, s.data(), s.size()));
-  EXPECT_EQ(uint64_t(v->attr(*n).st_size), s.size()) << "the size stat gave";
+  const view::Inode& n = at(*v, "/global_step3_params/" + param + "/info");
+  const std::string s = content_of(*v, n);
+  EXPECT_EQ(uint64_t(v->attr(n).st_size), s.size()) << "the size stat gave";
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "helpers.h"
+#include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/error.h"
@@ -220,26 +221,10 @@ class Comparer {
   std::map<std::string, std::string> storage_pairs_, storage_pairs_back_;
 };
 
-const Inode* walk(const View& v, const std::string& path) {
-  const Inode* n = &v.inode(view::Tree::kRoot);
-  for (const auto& part : fs::path(path).relative_path()) {
-    n = v.lookup(n->ino, part.string());
-    if (!n) return nullptr;
-  }
-  return n;
-}
-
 std::vector<std::string> listing(const View& v, const Inode& dir) {
   std::vector<std::string> names;
   for (auto e = v.dir_entry(dir, 2); e; e = v.dir_entry(dir, e->next)) names.emplace_back(e->name);
   return names;
-}
-
-std::string read_view_file(const View& v, const Inode& n) {
-  const auto f = v.open(n, O_RDONLY);
-  std::string bytes(f.size(), '\0');
-  EXPECT_EQ(f.read(0, bytes.data(), bytes.size()), bytes.size());
-  return bytes;
 }
 
 struct Resaved {
@@ -259,7 +244,7 @@ TEST_P(FakeEqualsResaved, KeyByKey) {
   const Resaved& c = GetParam();
   auto v = View::load(kFixtures + "/" + c.fixture + "/checkpoint");
   const std::string real_dir = kFixtures + "/" + c.fixture + "/resaved/" + c.target + "/" + kTag;
-  const Inode* tag = walk(*v, "/layouts/" + c.target + "/" + kTag);
+  const Inode* tag = find(*v, "/layouts/" + c.target + "/" + kTag);
   ASSERT_NE(tag, nullptr);
   auto names = listing(*v, *tag);
   std::vector<std::string> real_names;
@@ -267,7 +252,7 @@ TEST_P(FakeEqualsResaved, KeyByKey) {
   std::sort(names.begin(), names.end());
   std::sort(real_names.begin(), real_names.end());
   ASSERT_EQ(names, real_names) << "exactly the target's files";
-  EXPECT_EQ(read_view_file(*v, *walk(*v, "/layouts/" + c.target + "/latest")),
+  EXPECT_EQ(content_of(*v, *find(*v, "/layouts/" + c.target + "/latest")),
             read_file(kFixtures + "/" + c.fixture + "/checkpoint/latest"));
 
   const auto target = ds::parse_target(c.target);
@@ -281,7 +266,7 @@ TEST_P(FakeEqualsResaved, KeyByKey) {
     SCOPED_TRACE(c.fixture + " as " + c.target + ": " + name);
     const Inode* n = v->lookup(tag->ino, name);
     ASSERT_NE(n, nullptr);
-    const std::string bytes = read_view_file(*v, *n);
+    const std::string bytes = content_of(*v, *n);
     EXPECT_EQ(uint64_t(v->attr(*n).st_size), bytes.size()) << "size known at stat";
     write_file(dir + "/" + name, bytes);
     auto ours = pt::load_pt(dir + "/" + name);
@@ -308,7 +293,7 @@ TEST(LayoutsView, NamesListingAndPresets) {
   view::ViewOptions o;
   o.layout_presets = {"zero3-dp64-bf16", "zero2-dp2-fp32", "zero1-dp3-fp32"};
   auto v = View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", o);
-  const Inode* root = walk(*v, "/layouts");
+  const Inode* root = find(*v, "/layouts");
   ASSERT_NE(root, nullptr);
   EXPECT_EQ(listing(*v, *root),
             (std::vector<std::string>{"README", "zero2-dp2-fp32", "zero3-dp64-bf16", "zero1-dp3-fp32"}))
@@ -332,7 +317,7 @@ TEST(LayoutsView, NamesListingAndPresets) {
   EXPECT_EQ(v->lookup(tag->ino, "zero_pp_rank_0_mp_rank_00_optim_states.pt"), nullptr) << "bf16 files are prefixed";
   EXPECT_EQ(v->lookup(tag->ino, "bf16_zero_pp_rank_01_mp_rank_00_optim_states.pt"), nullptr);
   EXPECT_EQ(v->lookup(tag->ino, "mp_rank_00_model_states.pt"), nullptr) << "ZeRO-3 has per-rank model files";
-  EXPECT_NE(read_view_file(*v, *walk(*v, "/layouts/README")).find("own layout: zero2-dp2-fp32"), std::string::npos);
+  EXPECT_NE(content_of(*v, *find(*v, "/layouts/README")).find("own layout: zero2-dp2-fp32"), std::string::npos);
 }
 
 TEST(LayoutsView, RenamedFolderAndRefusedPresets) {
@@ -342,8 +327,8 @@ TEST(LayoutsView, RenamedFolderAndRefusedPresets) {
   EXPECT_THROW(View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", o), Error) << "an invalid preset is refused";
   o.layout_presets = {};
   auto v = View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", o);
-  EXPECT_EQ(walk(*v, "/layouts"), nullptr);
-  EXPECT_NE(walk(*v, "/fakes/zero1-dp7-fp32/" + kTag + "/zero_pp_rank_6_mp_rank_00_optim_states.pt"), nullptr);
+  EXPECT_EQ(find(*v, "/layouts"), nullptr);
+  EXPECT_NE(find(*v, "/fakes/zero1-dp7-fp32/" + kTag + "/zero_pp_rank_6_mp_rank_00_optim_states.pt"), nullptr);
 }
 
 // The comparison is not vacuous: another rank's real file differs in values, under the masks.
@@ -352,7 +337,7 @@ TEST(LayoutsView, TheComparerSeesAWrongRank) {
   const std::string real_dir = kFixtures + "/z2_ws2_fp32_pg2/resaved/zero3-dp4-fp32/" + kTag;
   const std::string name = "zero_pp_rank_1_mp_rank_00_optim_states.pt";
   const std::string path = temp_dir() + "/" + name;
-  write_file(path, read_view_file(*v, *walk(*v, "/layouts/zero3-dp4-fp32/" + kTag + "/" + name)));
+  write_file(path, content_of(*v, *find(*v, "/layouts/zero3-dp4-fp32/" + kTag + "/" + name)));
   auto ours = pt::load_pt(path);
   auto wrong = pt::load_pt(real_dir + "/zero_pp_rank_2_mp_rank_00_optim_states.pt");
   const Zero3Valid z3 = Zero3Valid::read(real_dir, 1, 4);
@@ -373,7 +358,7 @@ TEST(LayoutsView, ARealLayoutsFolderWins) {
   fs::create_directory(src + "/layouts");
   write_file(src + "/layouts/mine.txt", "real");
   auto v = View::load(src);
-  const Inode* real = walk(*v, "/layouts");
+  const Inode* real = find(*v, "/layouts");
   ASSERT_NE(real, nullptr);
   EXPECT_EQ(real->made_by, nullptr);
   EXPECT_EQ(listing(*v, *real), std::vector<std::string>{"mine.txt"});
@@ -381,7 +366,7 @@ TEST(LayoutsView, ARealLayoutsFolderWins) {
   view::ViewOptions o;
   o.layouts_dir = "fakes";
   auto w = View::load(src, o);
-  EXPECT_NE(walk(*w, "/fakes/zero3-dp4-fp32/" + kTag), nullptr) << "-o layouts_dir=NAME picks another name";
+  EXPECT_NE(find(*w, "/fakes/zero3-dp4-fp32/" + kTag), nullptr) << "-o layouts_dir=NAME picks another name";
 }
 
 // ---- (2) round trip: a fake, indexed back by our own indexer, equals its source ----

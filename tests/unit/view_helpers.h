@@ -10,16 +10,22 @@
 
 namespace zm::test {
 
-// The entry at a mount-relative path ("/a/b"); throws when there is none.
-inline const view::Inode& at(const view::View& v, const std::string& path) {
+// The entry at a mount-relative path ("/a/b"), or nullptr when there is none.
+inline const view::Inode* find(const view::View& v, const std::string& path) {
   const view::Inode* n = v.tree().get(view::Tree::kRoot);
-  for (size_t a = 1; a < path.size();) {
+  for (size_t a = 1; n && a < path.size();) {
     size_t b = path.find('/', a);
     if (b == std::string::npos) b = path.size();
     n = v.lookup(n->ino, path.substr(a, b - a));
-    if (!n) throw std::runtime_error("no " + path);
     a = b + 1;
   }
+  return n;
+}
+
+// The same, for paths that must exist.
+inline const view::Inode& at(const view::View& v, const std::string& path) {
+  const view::Inode* n = find(v, path);
+  if (!n) throw std::runtime_error("no " + path);
   return *n;
 }
 
