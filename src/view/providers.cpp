@@ -6,8 +6,8 @@ namespace zm::view {
 
 std::unique_ptr<Provider> make_universal_provider();  // universal_provider.cpp
 std::unique_ptr<Provider> make_params_provider();     // params_provider.cpp
-std::unique_ptr<Provider> make_fp32_provider();       // fp32_provider.cpp
-std::unique_ptr<Provider> make_training_provider();   // training_provider.cpp
+std::unique_ptr<Provider> make_fp32_provider();       // weights_provider.cpp
+std::unique_ptr<Provider> make_training_provider();   // weights_provider.cpp
 std::unique_ptr<Provider> make_status_provider();     // status_provider.cpp
 std::unique_ptr<Provider> make_layouts_provider();    // layouts_provider.cpp
 
