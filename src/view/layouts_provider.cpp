@@ -142,10 +142,15 @@ class LayoutsProvider final : public Provider {
     const ViewOptions& o = cx.options();
     const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
     // The own layout is that of the tag `latest` names (else the last one).
-    const MountedTag* own_tag = tags.back();
-    for (const MountedTag* t : tags)
-      if (cx.latest() && t->index->tag == *cx.latest()) own_tag = t;
-    const std::string own = ds::target_name(ds::source_layout(*own_tag->index));
+    // Each tag's run options come from its model-state pickle: read once here, not once per name.
+    std::vector<ds::SourceOptions> options;
+    size_t own_k = tags.size() - 1;
+    for (size_t k = 0; k < tags.size(); ++k) {
+      options.push_back(ds::source_options(*tags[k]->index));
+      if (cx.latest() && tags[k]->index->tag == *cx.latest()) own_k = k;
+    }
+    const MountedTag* own_tag = tags[own_k];
+    const std::string own = ds::target_name(ds::source_layout(*own_tag->index, options[own_k]));
     std::vector<std::string> listed;
     for (const std::string& name : [&] {
            std::vector<std::string> v{own};
@@ -156,7 +161,7 @@ class LayoutsProvider final : public Provider {
       const auto target = ds::parse_target(name);
       if (!target) throw Error("-o layouts: '" + name + "' is not a layout name (fake-layouts.md §6)", EINVAL);
       try {  // a listed name must resolve: check it now, cheaply (the plans are O(params))
-        for (const MountedTag* t : tags) ds::plan_partitions(*t->index, *target);
+        for (size_t k = 0; k < tags.size(); ++k) ds::plan_partitions(*tags[k]->index, *target, options[k]);
       } catch (const Error& e) {
         spdlog::error("{}/{}: not listed: {}", o.layouts_dir, name, e.what());
         continue;
