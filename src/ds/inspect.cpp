@@ -14,6 +14,7 @@ namespace zm::ds {
 
 using pt::human_bytes;
 using pt::json_escape;
+using pt::pad;
 using pt::shape_text;
 using pt::with_commas;
 
@@ -108,10 +109,6 @@ const char* step_kind_name(StepValue::Kind k) {
       break;
   }
   return "none";
-}
-
-std::string pad(std::string s, size_t w) {
-  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
 }
 
 }  // namespace

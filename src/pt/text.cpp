@@ -80,4 +80,12 @@ std::string format_double(double v) {
   return s;
 }
 
+std::string pad(std::string s, size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+std::string lpad(std::string s, size_t width) {
+  return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+
 }  // namespace zm::pt

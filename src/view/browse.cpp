@@ -16,17 +16,12 @@
 namespace zm::view {
 
 using pt::human_bytes;
+using pt::lpad;
+using pt::pad;
 using pt::shape_text;
 using pt::with_commas;
 
 namespace {
-
-std::string pad(std::string s, size_t w) {
-  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
-}
-std::string lpad(std::string s, size_t w) {
-  return s.size() >= w ? s : std::string(w - s.size(), ' ') + s;
-}
 
 std::string group_text(const ds::Param& p) {
   return std::to_string(p.group) + (p.sub_group >= 0 ? " (sub-group " + std::to_string(p.sub_group) + ")" : "");
