@@ -58,7 +58,9 @@ void cancel_export(int) {
 
 int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads,
                 const std::string& layout) {
-  auto view = view::View::load(source);
+  view::ViewOptions vo;
+  vo.rescan_seconds = 0;  // an export copies the tags that were there when it started
+  auto view = view::View::load(source, vo);
   view::ExportOptions o;
   // Ctrl-C or SIGTERM stop the export, which then removes its temporary folder.
   struct sigaction sa {};
@@ -130,6 +132,8 @@ int mount(const MountOptions& o) {
   vo.layouts_dir = o.layouts_dir;
   vo.tp_strict = !o.tp_no_strict;
   vo.tags = o.tags;
+  vo.rescan_seconds = o.rescan_seconds;
+  vo.crc = o.crc;
   auto view = view::View::load(o.source, vo);
   if (view->stats().tags == 0 && view->stats().refused_tags == 0)
     spdlog::warn(

@@ -31,6 +31,8 @@ struct MountOptions {
   unsigned read_ahead_kb = view::kRequestBytes / 1024;  // one request ahead; 0: leave the kernel's 128 KiB
   std::vector<std::string> layout_presets;              // -o layouts=a,b (not passed to libfuse)
   std::string layouts_dir = "layouts";                  // -o layouts_dir=NAME
+  double rescan_seconds = 1.0;                          // -o rescan=S: new tags at most this often; 0: never
+  bool crc = false;                                     // -o crc: real CRC-32s in made-up .pt files
 };
 int mount(const MountOptions& opts);
 

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -25,14 +26,23 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
   return out;
 }
 
-// -o layouts=a,b and -o layouts_dir=NAME are zeromount's, not libfuse's. The comma that splits
-// -o values also splits the preset list, so the items after layouts= that are layout names
-// (which no libfuse option is) belong to it.
-std::vector<std::string> take_layout_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
+// -o layouts=a,b, layouts_dir=NAME, rescan=S and crc are zeromount's, not libfuse's. The comma
+// that splits -o values also splits the preset list, so the items after layouts= that are layout
+// names (which no libfuse option is) belong to it.
+std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
   std::vector<std::string> rest;
   bool in_list = false;
   for (const auto& o : opts) {
-    if (o.starts_with("layouts=")) {
+    if (o == "crc") {
+      in_list = false;
+      m.crc = true;
+    } else if (o.starts_with("rescan=")) {
+      in_list = false;
+      char* end = nullptr;
+      m.rescan_seconds = std::strtod(o.c_str() + 7, &end);
+      if (o.size() == 7 || *end || !(m.rescan_seconds >= 0) || m.rescan_seconds > 86400)
+        throw zm::Error("-o rescan: '" + o.substr(7) + "' is not a number of seconds (0 to 86400)", EINVAL);
+    } else if (o.starts_with("layouts=")) {
       in_list = true;
       if (o.size() > 8) m.layout_presets.push_back(o.substr(8));
     } else if (o.starts_with("layouts_dir=")) {
@@ -120,7 +130,7 @@ int main(int argc, char** argv) {
       std::cerr << app.help();
       return 2;
     }
-    m.fuse_opts = take_layout_opts(split_opts(raw_opts), m);
+    m.fuse_opts = take_own_opts(split_opts(raw_opts), m);
     return zm::cli::mount(m);
   } catch (const zm::Error& e) {
     std::cerr << "zeromount: " << e.what() << "\n";

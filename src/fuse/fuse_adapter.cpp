@@ -98,7 +98,8 @@ fuse_entry_param entry(const view::View& v, const view::Inode& n) {
   e.ino = n.ino;
   e.generation = 1;
   e.attr = v.attr(n);
-  e.attr_timeout = e.entry_timeout = v.cache_seconds();
+  e.entry_timeout = v.cache_seconds();
+  e.attr_timeout = v.attr_seconds(n);
   return e;
 }
 
@@ -121,11 +122,11 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
       spdlog::debug("lookup {}/{}: {}", p ? v.describe(*p) : "?", name,
                     n ? "inode " + std::to_string(n->ino) : "ENOENT");
     }
-    fuse_entry_param e{};  // ino 0: a negative entry, cached as long as positive ones
+    fuse_entry_param e{};  // ino 0: a negative entry, cached as long as the view allows
     if (n)
       e = entry(v, *n);
     else
-      e.entry_timeout = v.cache_seconds();
+      e.entry_timeout = v.negative_seconds(v.inode(parent));
     fuse_reply_entry(req, &e);
   } catch (...) {
     fuse_reply_err(req, current_errno(req, "lookup", v.tree().get(parent)));
@@ -135,8 +136,9 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   const view::View& v = view_of(req);
   try {
-    struct stat st = v.attr(v.inode(ino));
-    fuse_reply_attr(req, &st, v.cache_seconds());
+    const view::Inode& n = v.inode(ino);
+    struct stat st = v.attr(n);
+    fuse_reply_attr(req, &st, v.attr_seconds(n));
   } catch (...) {
     fuse_reply_err(req, current_errno(req, "getattr", v.tree().get(ino)));
   }
@@ -155,9 +157,9 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino) {
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const view::View& v = view_of(req);
   try {
-    v.open_dir(v.inode(ino));
-    fi->keep_cache = 1;
-    fi->cache_readdir = 1;
+    const view::Inode& n = v.inode(ino);
+    v.open_dir(n);
+    fi->keep_cache = fi->cache_readdir = v.listing_cached(n);
     fuse_reply_open(req, fi);
   } catch (...) {
     fuse_reply_err(req, current_errno(req, "opendir", v.tree().get(ino)));
@@ -202,12 +204,14 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const view::View& v = view_of(req);
   try {
-    auto h = std::make_unique<view::OpenFile>(v.open(v.inode(ino), fi->flags));
+    auto h = std::make_unique<view::OpenFile>(v.open(v.inode(ino), fi->flags, int(fuse_req_ctx(req)->pid)));
     if (debugging())
       spdlog::debug("open {}: {} bytes in {} segments", v.describe(h->inode()), h->size(),
                     h->content().segments().size());
     fi->fh = reinterpret_cast<uint64_t>(h.get());
-    fi->keep_cache = 1;  // the bytes never change while mounted: let the page cache serve repeats
+    // The bytes never change while mounted (live files aside): let the page cache serve repeats.
+    fi->direct_io = v.direct_io(h->inode());
+    fi->keep_cache = !fi->direct_io;
     if (fuse_reply_open(req, fi) == 0) h.release();
   } catch (...) {
     fuse_reply_err(req, current_errno(req, "open", v.tree().get(ino)));

@@ -119,6 +119,7 @@ pt::VirtualFile autoep_model_states_file(const MountedTag& t, const std::string&
   pt::PtOptions o;
   o.prefix = path.substr(path.find_last_of('/') + 1);
   o.prefix = o.prefix.substr(0, o.prefix.size() - 3);  // torch.save names the archive after the file's stem
+  o.crc_source = t.crc_source;
   return pt::build_pt(r.copy(src->root), o);
 }
 

@@ -29,21 +29,36 @@ bool same_identity(const struct stat& a, const struct stat& b) {
 }  // namespace
 
 uint32_t FileTable::add(const std::string& path) {
-  auto it = by_path_.find(path);
-  if (it != by_path_.end()) return it->second;
+  {
+    std::shared_lock lock(table_mu_);
+    auto it = by_path_.find(path);
+    if (it != by_path_.end()) return it->second;
+  }
   auto e = std::make_unique<Entry>();
   e->path = path;
   if (::stat(path.c_str(), &e->st) != 0)
     throw Error(where(path, std::string("cannot stat: ") + strerror(errno)), errno);
   if (!S_ISREG(e->st.st_mode)) throw FormatError(where(path, "not a regular file"));
+  std::unique_lock lock(table_mu_);
+  if (auto it = by_path_.find(path); it != by_path_.end()) return it->second;
   const auto id = uint32_t(files_.size());
   files_.push_back(std::move(e));
   by_path_.emplace(path, id);
   return id;
 }
 
+const FileTable::Entry& FileTable::entry(uint32_t id) const {
+  std::shared_lock lock(table_mu_);
+  return *files_.at(id);
+}
+
+size_t FileTable::size() const {
+  std::shared_lock lock(table_mu_);
+  return files_.size();
+}
+
 void FileTable::expect(uint32_t file, uint64_t size, int64_t mtime, uint64_t inode) const {
-  const struct stat& s = files_.at(file)->st;
+  const struct stat& s = entry(file).st;
   if (uint64_t(s.st_size) != size || pt::mtime_ns(s) != mtime || uint64_t(s.st_ino) != inode)
     throw Error(where(path(file), "changed while it was being indexed"), ESTALE);
 }
@@ -54,7 +69,7 @@ size_t FileTable::open_count() const {
 }
 
 std::shared_ptr<const pt::File> FileTable::descriptor(uint32_t id) const {
-  const Entry& e = *files_.at(id);
+  const Entry& e = entry(id);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (e.open) {
@@ -72,7 +87,7 @@ std::shared_ptr<const pt::File> FileTable::descriptor(uint32_t id) const {
   open_lru_.push_front(id);
   e.lru = open_lru_.begin();
   while (open_lru_.size() > kMaxOpen) {  // readers still holding the old descriptor keep it alive
-    files_[open_lru_.back()]->open.reset();
+    entry(open_lru_.back()).open.reset();
     open_lru_.pop_back();
   }
   return f;
@@ -92,7 +107,7 @@ void FileTable::check(const Entry& e, const pt::File& f) const {
 }
 
 void FileTable::pread(uint32_t file, uint64_t offset, void* buf, size_t n) const {
-  const Entry& e = *files_.at(file);
+  const Entry& e = entry(file);
   std::shared_ptr<const pt::File> f;
   try {
     f = descriptor(file);
@@ -104,6 +119,7 @@ void FileTable::pread(uint32_t file, uint64_t offset, void* buf, size_t n) const
   check(e, *f);
   f->read_exact(offset, buf, n, "source range");
   check(e, *f);  // a change during the read must not reach the reader as mixed bytes
+  bytes_read_.fetch_add(n, std::memory_order_relaxed);
 }
 
 }  // namespace zm::view

@@ -325,6 +325,7 @@ pt::VirtualFile LayoutTag::model_states(uint32_t rank) const {
   }
   pt::PtOptions o;
   o.prefix = stem(file_name(zero3() ? rank : 0));
+  o.crc_source = tag_.crc_source;
   return pt::build_pt(root, o);
 }
 
@@ -526,6 +527,7 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
   set(root, a, "ds_version", version ? version : a.make_str(ix.ds_version));
   pt::PtOptions o;
   o.prefix = stem(file_name((zero3() ? tg.dp : 1) + rank));
+  o.crc_source = tag_.crc_source;
   return pt::build_pt(root, o);
 }
 

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -50,15 +49,13 @@ struct RealFile {
 };
 
 // layouts/: every valid target name resolves; the listing shows the own layout and the presets.
+// A tag indexed after the mount joins every target (add): the tag list only grows, and it is read
+// and changed under the tree's exclusive lock only (make and Tree::append).
 class Targets final : public LazyDir {
  public:
-  Targets(std::vector<const MountedTag*> tags, std::vector<std::string> listed, std::optional<std::string> latest,
+  Targets(std::vector<const MountedTag*> tags, std::vector<std::string> listed, const LiveSource* live,
           std::vector<RealFile> copied, struct timespec mtime)
-      : tags_(std::move(tags)),
-        listed_(std::move(listed)),
-        latest_(std::move(latest)),
-        copied_(std::move(copied)),
-        mtime_(mtime) {}
+      : tags_(std::move(tags)), listed_(std::move(listed)), live_(live), copied_(std::move(copied)), mtime_(mtime) {}
 
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
     const auto target = ds::parse_target(name);
@@ -71,16 +68,13 @@ class Targets final : public LazyDir {
       return 0;
     }
     const uint64_t d = tree.add_dir(dir, std::string(name), mtime_, false);
-    if (latest_) {
-      const std::string text = *latest_;
-      tree.add_file(
-          d, "latest", mtime_,
-          [text] {
-            pt::VirtualFile f;
-            f.append_inline(text);
-            return f;
-          },
-          text.size());
+    if (live_) {
+      const LiveSource* live = live_;
+      tree.add_live_file(d, "latest", mtime_, [live] {
+        pt::VirtualFile f;
+        f.append_inline(live->latest_text());
+        return f;
+      });
     }
     for (const RealFile& r : copied_) {
       const uint32_t id = r.id;
@@ -94,19 +88,46 @@ class Targets final : public LazyDir {
           },
           size);
     }
-    for (const auto& layout : layouts) {
-      const uint64_t tag_dir = tree.add_dir(d, layout->tag().index->tag, mtime_);
-      tree.set_lazy(tag_dir, std::make_shared<RankFiles>(layout, mtime_));
-    }
+    for (const auto& layout : layouts) add_tag_dir(tree, d, layout);
     return d;
   }
   uint64_t listed() const override { return listed_.size(); }
   std::string listed_name(uint64_t k) const override { return listed_.at(k); }
 
+  // A tag indexed after the mount: in every target made so far, and in those made later.
+  void add(Tree& tree, uint64_t dir, const MountedTag& tag) const {
+    const ds::SourceOptions options = ds::source_options(*tag.index);
+    for (const std::string& name : listed_) {  // a listed name must keep resolving
+      try {
+        ds::plan_partitions(*tag.index, *ds::parse_target(name), options);
+      } catch (const Error& e) {
+        spdlog::error("layouts: {} not added (it cannot be shown at the listed {}): {}", tag.index->tag, name,
+                      e.what());
+        return;
+      }
+    }
+    tags_.push_back(&tag);
+    std::vector<std::pair<std::string, uint64_t>> made;
+    for (const auto& [name, ino] : tree.get(dir)->by_name)
+      if (tree.get(ino)->dir) made.emplace_back(name, ino);
+    for (const auto& [name, ino] : made) {
+      try {
+        add_tag_dir(tree, ino, std::make_shared<const LayoutTag>(tag, *ds::parse_target(name)));
+      } catch (const Error& e) {
+        spdlog::error("layouts/{}: {} not added: {}", name, tag.index->tag, e.what());
+      }
+    }
+  }
+
  private:
-  std::vector<const MountedTag*> tags_;
+  void add_tag_dir(Tree& tree, uint64_t target_dir, std::shared_ptr<const LayoutTag> layout) const {
+    const uint64_t tag_dir = tree.add_dir(target_dir, layout->tag().index->tag, mtime_);
+    tree.set_lazy(tag_dir, std::make_shared<RankFiles>(std::move(layout), mtime_));
+  }
+
+  mutable std::vector<const MountedTag*> tags_;
   std::vector<std::string> listed_;
-  std::optional<std::string> latest_;
+  const LiveSource* live_;  // nullptr: SRC has no `latest`
   std::vector<RealFile> copied_;
   struct timespec mtime_;
   mutable std::set<std::string> refused_;  // make() runs under the tree's exclusive lock
@@ -135,7 +156,15 @@ std::string readme(const std::string& dir, const std::string& own, const std::ve
 class LayoutsProvider final : public Provider {
  public:
   const char* kind() const override { return "layouts"; }
-  void add_tag(ProviderContext&, const MountedTag&) const override {}
+
+  // At mount add_root makes the folder for every tag; a tag indexed later joins it.
+  void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
+    if (cx.mounting()) return;
+    const Inode* dir = cx.tree().lookup(Tree::kRoot, cx.options().layouts_dir);
+    if (!dir) return add_root(cx, {&tag});  // the first tag of a folder mounted empty
+    if (dir->made_by != kind()) return;     // SRC's own folder of that name
+    if (const auto* targets = dynamic_cast<const Targets*>(dir->lazy.get())) targets->add(cx.tree(), dir->ino, tag);
+  }
 
   void add_root(ProviderContext& cx, const std::vector<const MountedTag*>& tags) const override {
     if (tags.empty()) return;
@@ -172,24 +201,16 @@ class LayoutsProvider final : public Provider {
     if (!dir) return;  // a real SRC/layouts wins (ProviderContext logged it); -o layouts_dir=NAME
     cx.add_text(dir, "README", readme(o.layouts_dir, own, listed), mtime);
 
-    // latest and zero_to_fp32.py as in SRC (spec §1.1).
+    // latest (as the mount's own `latest` shows it) and zero_to_fp32.py as in SRC (spec §1.1).
     const fs::path root = fs::path(own_tag->index->dir).parent_path();
-    std::optional<std::string> latest;
-    if (cx.latest()) latest = *cx.latest();
-    if (std::ifstream in(root / "latest", std::ios::binary); in && fs::is_regular_file(root / "latest")) {
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      const std::string bytes = ss.str();
-      // SRC's own bytes (DeepSpeed writes no newline), unless the mount is a lone tag folder.
-      if (!latest || bytes.substr(0, bytes.find_last_not_of(" \n\r\t") + 1) == *latest) latest = bytes;
-    }
+    const Inode* latest = cx.tree().lookup(Tree::kRoot, "latest");
     std::vector<RealFile> copied;
     if (const fs::path z = root / "zero_to_fp32.py"; fs::is_regular_file(z)) {
       const uint32_t id = cx.files().add(z.string());
       copied.push_back({"zero_to_fp32.py", id, uint64_t(cx.files().stat(id).st_size)});
     }
-    cx.tree().set_lazy(dir,
-                       std::make_shared<Targets>(tags, std::move(listed), std::move(latest), std::move(copied), mtime));
+    cx.tree().set_lazy(dir, std::make_shared<Targets>(tags, std::move(listed), latest ? &cx.live() : nullptr,
+                                                      std::move(copied), mtime));
   }
 };
 

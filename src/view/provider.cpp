@@ -45,10 +45,10 @@ uint64_t ProviderContext::add_top_dir(const std::string& name, const char* kind,
   return ino;
 }
 
-uint64_t ProviderContext::add_top_text(const std::string& name, const char* kind, std::string text,
+uint64_t ProviderContext::add_top_text(const std::string& name, const char* kind, std::function<std::string()> text,
                                        struct timespec mtime, Access access) {
   if (taken(name)) return 0;
-  const uint64_t ino = add_text(Tree::kRoot, name, std::move(text), mtime);
+  const uint64_t ino = add_live_text(Tree::kRoot, name, std::move(text), mtime);
   tree_.mark_made_by(ino, kind);
   access.perm &= 0444;
   tree_.set_access(ino, access);
@@ -81,6 +81,15 @@ uint64_t ProviderContext::add_text(uint64_t parent, const std::string& name, std
         return f;
       },
       size);
+}
+
+uint64_t ProviderContext::add_live_text(uint64_t parent, const std::string& name, std::function<std::string()> text,
+                                        struct timespec mtime) {
+  return tree_.add_live_file(parent, name, mtime, [text = std::move(text)] {
+    pt::VirtualFile f;
+    f.append_inline(text());
+    return f;
+  });
 }
 
 }  // namespace zm::view

@@ -1,5 +1,7 @@
 // .zeromount/: what the mount itself says about the source. `errors` lists, one line each, the
-// tags that could not be indexed and why (they are shown as their real files only).
+// tags that are not served and why (they are shown as their real files only); `stats` counts the
+// tags and the bytes each reading process took from the shards. Both are live: they change as the
+// mount serves reads and as tags saved after the mount are indexed.
 #include "zeromount/view/provider.h"
 
 namespace zm::view {
@@ -15,10 +17,12 @@ class StatusProvider final : public Provider {
     const Inode& root = *cx.tree().get(Tree::kRoot);
     const uint64_t d = cx.add_top_dir(".zeromount", kind(), root.mtime, {});
     if (!d) return;
-    std::string text;
-    for (const auto& e : cx.errors()) text += e.tag + ": " + e.reason + "\n";
     cx.tree().set_access(d, root.access, {root.access.perm & 0444u, root.access.uid, root.access.gid, true});
-    cx.add_text(d, "errors", text, root.mtime);
+    const LiveSource* live = &cx.live();
+    cx.add_live_text(
+        d, "errors", [live] { return live->errors_text(); }, root.mtime);
+    cx.add_live_text(
+        d, "stats", [live] { return live->stats_text(); }, root.mtime);
   }
 };
 

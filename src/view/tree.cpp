@@ -6,6 +6,36 @@
 
 namespace zm::view {
 
+namespace {
+// The tree whose exclusive lock this thread holds (Tree::append, LazyDir::make), if any.
+thread_local const Tree* t_appending = nullptr;
+
+// Marks this thread as the holder of `t`'s exclusive lock for its scope.
+class Appending {
+ public:
+  explicit Appending(const Tree* t) : prev_(t_appending) { t_appending = t; }
+  ~Appending() { t_appending = prev_; }
+
+ private:
+  const Tree* prev_;
+};
+}  // namespace
+
+Tree::Reading::Reading(const Tree& t) : locked_(t_appending == &t ? nullptr : &t) {
+  if (locked_) locked_->mu_.lock_shared();
+}
+
+Tree::Reading::~Reading() {
+  if (locked_) locked_->mu_.unlock_shared();
+}
+
+void Tree::append(const std::function<void(Tree&)>& f) {
+  if (t_appending == this) return f(*this);
+  std::unique_lock lock(mu_);
+  Appending mark(this);
+  f(*this);
+}
+
 Tree::Tree(struct timespec root_mtime) {
   Inode root;
   root.ino = kRoot;
@@ -65,26 +95,41 @@ const Inode* Tree::find(const Inode& dir, std::string_view name) const {
   return it == dir.by_name.end() ? nullptr : &nodes_[it->second - 1];
 }
 
+uint64_t Tree::add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build) {
+  const uint64_t ino = add_file(parent, name, mtime, std::move(build));
+  nodes_[ino - 1].live = true;
+  return ino;
+}
+
+const Inode* Tree::make_lazy(const Inode& dir, std::string_view name) const {
+  // Lazily made entries are appended, never changed: the tree stays logically const.
+  const uint64_t ino = dir.lazy->make(const_cast<Tree&>(*this), dir.ino, name);
+  return ino ? &nodes_[ino - 1] : nullptr;
+}
+
 const Inode* Tree::lookup(uint64_t parent, std::string_view name) const {
   const Inode* p = get(parent);
   if (!p || !p->dir) return nullptr;
   if (name == ".") return p;
   if (name == "..") return get(p->parent);
+  if (t_appending == this) {
+    if (const Inode* n = find(*p, name)) return n;
+    return p->lazy ? make_lazy(*p, name) : nullptr;
+  }
   {
     std::shared_lock lock(mu_);
     if (const Inode* n = find(*p, name)) return n;
     if (!p->lazy) return nullptr;
   }
   std::unique_lock lock(mu_);
+  Appending mark(this);
   if (const Inode* n = find(*p, name)) return n;  // made by another thread meanwhile
-  // Lazily made entries are appended, never changed: the tree stays logically const.
-  const uint64_t ino = p->lazy->make(const_cast<Tree&>(*this), parent, name);
-  return ino ? &nodes_[ino - 1] : nullptr;
+  return make_lazy(*p, name);
 }
 
 const Inode* Tree::listed_child(const Inode& dir, uint64_t k) const {
   {
-    std::shared_lock lock(mu_);
+    Reading lock(*this);
     if (k < dir.children.size()) return &nodes_[dir.children[k] - 1];
     if (!dir.lazy || k - dir.children.size() >= dir.lazy->listed()) return nullptr;
   }

@@ -11,9 +11,10 @@ using pt::Node;
 
 namespace {
 
-pt::PtOptions stem(const char* name) {
+pt::PtOptions stem(const MountedTag& t, const char* name) {
   pt::PtOptions o;
   o.prefix = name;  // as torch.save(obj, ".../<name>.pt") names the archive
+  o.crc_source = t.crc_source;
   return o;
 }
 
@@ -158,7 +159,7 @@ pt::VirtualFile parallel_state_file(const MountedTag& t, const ds::Param& p, siz
     set(d, a, "cat_dim", a.make_int(0));
     set(d, a, "is_expert_param", bool_node(a, true));
     set(d, a, "ep_num_experts", a.make_int(p.ep_num_experts));
-    return pt::build_pt(d, stem(ix.state_names[state].c_str()));
+    return pt::build_pt(d, stem(t, ix.state_names[state].c_str()));
   }
   switch (p.rule) {
     case ds::TpRule::TwoSubParams:
@@ -176,7 +177,7 @@ pt::VirtualFile parallel_state_file(const MountedTag& t, const ds::Param& p, siz
   }
   if (p.vocab) set(d, a, "vocab_tensor", bool_node(a, true));
   set(d, a, "param", tensor);
-  return pt::build_pt(d, stem(ix.state_names[state].c_str()));
+  return pt::build_pt(d, stem(t, ix.state_names[state].c_str()));
 }
 
 }  // namespace
@@ -187,16 +188,16 @@ pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t
   std::vector<pt::Extent> data;
   for (const auto& f : t.index->fragments(p, state)) data.push_back(t.map(f.extent));
   Node* tensor = tensor_node(a, t.index->master_dtype, p.shape, std::move(data));
-  if (bare) return pt::build_pt(tensor, stem(t.index->state_names[state].c_str()));
+  if (bare) return pt::build_pt(tensor, stem(t, t.index->state_names[state].c_str()));
   Node* d = a.make(Kind::Dict);
   set(d, a, "cat_dim", a.make_int(0));
   set(d, a, "param", tensor);
-  return pt::build_pt(d, stem(t.index->state_names[state].c_str()));
+  return pt::build_pt(d, stem(t, t.index->state_names[state].c_str()));
 }
 
 pt::VirtualFile step_file(const MountedTag& t, const ds::StepValue& step) {
   pt::Arena a;
-  return pt::build_pt(step_node(a, t, step), stem("step"));
+  return pt::build_pt(step_node(a, t, step), stem(t, "step"));
 }
 
 pt::VirtualFile optimizer_state_file(const MountedTag& t) {
@@ -219,7 +220,7 @@ pt::VirtualFile optimizer_state_file(const MountedTag& t) {
   set(osd, a, "state", state);
   set(osd, a, "param_groups", ix.param_groups);
   set(root, a, "optimizer_state_dict", osd);
-  return pt::build_pt(root, stem("optimizer_state"));
+  return pt::build_pt(root, stem(t, "optimizer_state"));
 }
 
 }  // namespace zm::view

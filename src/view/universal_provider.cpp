@@ -16,7 +16,7 @@ constexpr const char* kSuffix = "_universal";
 
 class UniversalProvider final : public Provider {
  public:
-  const char* kind() const override { return "universal"; }
+  const char* kind() const override { return kind_name; }
 
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const ds::TagIndex& ix = *tag.index;
@@ -50,18 +50,31 @@ class UniversalProvider final : public Provider {
         tree.add_file(d, "step.pt", mtime, [t, s] { return step_file(*t, *s); });
       }
     }
+    if (!cx.mounting()) add_root(cx, {});  // the first tag latest names may come after the mount
   }
 
+  // latest_universal follows `latest`: `<T>_universal` for the tag latest names, as long as that
+  // tag's universal folder is made up here.
   void add_root(ProviderContext& cx, const std::vector<const MountedTag*>&) const override {
-    const auto& latest = cx.latest();
+    const auto latest = cx.latest();
     if (!latest) return;
     const Inode* u = cx.tree().lookup(Tree::kRoot, *latest + kSuffix);
     if (!u || u->made_by != kind()) return;
     if (cx.tree().lookup(Tree::kRoot, "latest_universal")) return;       // SRC's own is shown as is
     const Inode* real_latest = cx.tree().lookup(Tree::kRoot, "latest");  // its text comes from there
-    cx.add_top_text("latest_universal", kind(), *latest + kSuffix, cx.tree().get(Tree::kRoot)->mtime,
-                    real_latest ? real_latest->access : u->access);
+    const LiveSource* live = &cx.live();
+    const Tree* tree = &cx.tree();
+    std::string last = *latest + kSuffix;
+    cx.add_top_text(
+        "latest_universal", kind(),
+        [live, tree, last] {
+          const auto now = live->latest_tag();
+          const Inode* d = now ? tree->lookup(Tree::kRoot, *now + kSuffix) : nullptr;
+          return d && d->made_by == kind_name ? *now + kSuffix : last;
+        },
+        cx.tree().get(Tree::kRoot)->mtime, real_latest ? real_latest->access : u->access);
   }
+  static constexpr const char* kind_name = "universal";
 };
 
 }  // namespace

@@ -3,7 +3,7 @@
 // Files are opened on first read and closed when idle (at most kMaxOpen at once), so that a mount
 // of a folder with more files than the descriptor limit works, and a deleted source does not stay
 // allocated behind open descriptors. A read that finds a file changed fails with ESTALE instead of
-// serving mixed bytes.
+// serving mixed bytes. Files may be added while others are read (a tag indexed after the mount).
 #include <sys/stat.h>
 
 #include <atomic>
@@ -11,6 +11,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,10 +30,12 @@ class FileTable : public pt::ExtentReader {
   // Throws ESTALE if the file no longer has the identity it had at add() (size, mtime, ctime,
   // inode), and the open error (EACCES, ENOENT, ...) if it cannot be opened.
   void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const override;
-  const std::string& path(uint32_t file) const { return files_.at(file)->path; }
-  const struct stat& stat(uint32_t file) const { return files_.at(file)->st; }
-  size_t size() const { return files_.size(); }
+  const std::string& path(uint32_t file) const { return entry(file).path; }
+  const struct stat& stat(uint32_t file) const { return entry(file).st; }
+  size_t size() const;
   size_t open_count() const;
+  // Bytes served from the real files so far (for .zeromount/stats).
+  uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
   // Checks a file against an identity recorded earlier (by the indexer).
   void expect(uint32_t file, uint64_t size, int64_t mtime_ns, uint64_t inode) const;
 
@@ -44,11 +47,14 @@ class FileTable : public pt::ExtentReader {
     mutable std::list<uint32_t>::iterator lru;     // position in open_lru_ while open
     mutable std::atomic<int64_t> path_checked_ns{0};
   };
+  const Entry& entry(uint32_t id) const;
   std::shared_ptr<const pt::File> descriptor(uint32_t id) const;
   void check(const Entry& e, const pt::File& f) const;
-  std::vector<std::unique_ptr<Entry>> files_;
+  std::vector<std::unique_ptr<Entry>> files_;  // guarded by table_mu_; the entries never move
   std::unordered_map<std::string, uint32_t> by_path_;
-  mutable std::mutex mu_;
+  mutable std::shared_mutex table_mu_;
+  mutable std::atomic<uint64_t> bytes_read_{0};
+  mutable std::mutex mu_;                 // the open descriptors
   mutable std::list<uint32_t> open_lru_;  // most recently used first
 };
 

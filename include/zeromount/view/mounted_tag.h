@@ -5,6 +5,7 @@
 
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/pt/value.h"
+#include "zeromount/pt/virtual_file.h"
 #include "zeromount/view/tree.h"
 
 namespace zm::view {
@@ -14,6 +15,8 @@ struct MountedTag {
   std::vector<uint32_t> file_of_shard;  // FileTable id of TagIndex::shards[k]
   Access folder;                        // the tag folder's: what a made-up folder of this tag may be
   Access files;                         // the least readable of its shards: what a made-up file of this tag may be
+  // -o crc: where made-up .pt files read their tensors to compute real CRC-32s; nullptr: CRC 0.
+  const pt::ExtentReader* crc_source = nullptr;
   // An extent of the index (shard-relative) as an extent of the view's file table.
   pt::Extent map(const pt::Extent& e) const { return {file_of_shard.at(e.file), e.offset, e.length}; }
 };

@@ -2,6 +2,7 @@
 // A Provider makes one kind of made-up folder (the universal checkpoint, the browsing folder,
 // consolidated weights, ...). Every kind is registered once, in providers.cpp; the View, the
 // FUSE adapter and `export` know only this interface, so adding a kind touches none of them.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,27 +27,45 @@ struct TagError {
   std::string tag, reason;
 };
 
+// What live files (Tree::add_live_file) show: the view's current answers, which follow the source
+// while mounted. Implemented by the View, which outlives every file that refers to it.
+class LiveSource {
+ public:
+  virtual ~LiveSource() = default;
+  // SRC's `latest`, byte for byte, while it names a tag the view serves; else the last text that did.
+  virtual std::string latest_text() const = 0;
+  // The tag latest_text() names, if the view serves it.
+  virtual std::optional<std::string> latest_tag() const = 0;
+  virtual std::string errors_text() const = 0;  // one line per tag that is not served, and why
+  virtual std::string stats_text() const = 0;   // tags, and the bytes readers took from the shards
+};
+
 class ProviderContext {
  public:
-  ProviderContext(Tree& tree, FileTable& files, const ViewOptions& opts, std::optional<std::string> latest,
-                  std::vector<TagError> errors = {})
-      : tree_(tree), files_(files), opts_(opts), latest_(std::move(latest)), errors_(std::move(errors)) {}
-  const std::vector<TagError>& errors() const { return errors_; }
+  // `mounting`: the tree is being built; false when a tag indexed after the mount is added (then
+  // add_root is not called again, and add_tag must extend what add_root made).
+  ProviderContext(Tree& tree, FileTable& files, const ViewOptions& opts, const LiveSource& live, bool mounting)
+      : tree_(tree), files_(files), opts_(opts), live_(live), mounting_(mounting) {}
 
   Tree& tree() { return tree_; }
   FileTable& files() { return files_; }
   const ViewOptions& options() const { return opts_; }
-  // The tag that SRC's `latest` names, if any.
-  const std::optional<std::string>& latest() const { return latest_; }
+  const LiveSource& live() const { return live_; }
+  bool mounting() const { return mounting_; }
+  // The tag that SRC's `latest` names, if the view serves it.
+  std::optional<std::string> latest() const { return live_.latest_tag(); }
+  // A text file whose content follows the source (`text` is called on every open).
+  uint64_t add_live_text(uint64_t parent, const std::string& name, std::function<std::string()> text,
+                         struct timespec mtime);
 
   // A top-level made-up folder, marked as made by `kind`, readable by no more than the tags it is
   // built from allow (their folders for folders, their least readable shard for files). Returns 0,
   // with one warning, when SRC already has an entry of that name: real entries always win.
   uint64_t add_top_dir(const std::string& name, const char* kind, struct timespec mtime,
                        const std::vector<const MountedTag*>& from);
-  // `access`: that of the real entry its text comes from.
-  uint64_t add_top_text(const std::string& name, const char* kind, std::string text, struct timespec mtime,
-                        Access access);
+  // A live text (add_live_text) at the top level; `access`: that of the real entry its text comes from.
+  uint64_t add_top_text(const std::string& name, const char* kind, std::function<std::string()> text,
+                        struct timespec mtime, Access access);
   // A file that is one whole real file (e.g. a model-state file under another name), with that
   // file's owner and permissions.
   uint64_t add_real_file(uint64_t parent, const std::string& name, const std::string& path);
@@ -58,8 +77,8 @@ class ProviderContext {
   Tree& tree_;
   FileTable& files_;
   const ViewOptions& opts_;
-  std::optional<std::string> latest_;
-  std::vector<TagError> errors_;
+  const LiveSource& live_;
+  bool mounting_;
 };
 
 class Provider {

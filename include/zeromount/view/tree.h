@@ -5,8 +5,12 @@
 // Most of the tree is built at mount. A folder may also have a LazyDir, which makes entries the
 // first time they are looked up or listed (layouts/<any valid target>, a target's W rank files):
 // such folders cost nothing until used, and a name, once made, keeps its inode and meaning for
-// the life of the mount. Entries never disappear, so the kernel may cache every answer.
-// Appends take the tree's lock exclusively; every read takes it shared.
+// the life of the mount. Entries never disappear, so the kernel may cache every answer, except
+// two: a `growing` folder (the root, a tag folder not served yet) may gain names when a new tag
+// is indexed after the mount, so its negative entries and listing are not cached for long; and a
+// `live` file (`latest`, `.zeromount/stats`) is rebuilt on every open, so its size is not cached.
+// Appends take the tree's lock exclusively (Tree::append, or inside LazyDir::make); every read
+// takes it shared, except on the thread that holds it exclusively, which may read freely.
 #include <sys/types.h>
 #include <atomic>
 #include <cstdint>
@@ -40,7 +44,7 @@ struct Access {
 };
 
 // Entries of one folder made on demand. make() runs under the tree's exclusive lock and adds
-// entries with the Tree::add_* calls; it must not call lookup().
+// entries with the Tree::add_* calls (it may look entries up too).
 class LazyDir {
  public:
   virtual ~LazyDir() = default;
@@ -70,9 +74,13 @@ struct Inode {
   std::vector<uint64_t> children;  // eager entries, in listing order
   std::unordered_map<std::string, uint64_t> by_name;
   std::shared_ptr<const LazyDir> lazy;
+  // Folders that may gain entries while mounted (see the top of this file).
+  mutable std::atomic<bool> growing{false};
   // Files: either a builder, run on first open or stat, or a known size with a builder too.
+  // A live file's builder runs on every open and stat, and its content is never cached.
   Builder build;
   Sizer sizer;
+  bool live = false;
   mutable std::atomic<uint64_t> size{kUnknown};
   static constexpr uint64_t kUnknown = ~uint64_t(0);
 
@@ -90,8 +98,10 @@ struct Inode {
         children(std::move(o.children)),
         by_name(std::move(o.by_name)),
         lazy(std::move(o.lazy)),
+        growing(o.growing.load()),
         build(std::move(o.build)),
         sizer(std::move(o.sizer)),
+        live(o.live),
         size(o.size.load()) {}
 };
 
@@ -106,6 +116,12 @@ class Tree {
                     uint64_t size = Inode::kUnknown, bool listed = true);
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer);
   uint64_t add_link(uint64_t parent, const std::string& name, struct timespec mtime, std::string target);
+  // A file rebuilt on every open (its text follows the source, e.g. `latest`).
+  uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build);
+  void set_growing(uint64_t dir, bool growing) { nodes_.at(dir - 1).growing.store(growing); }
+  // Runs `f` with the tree's lock held exclusively: how entries are added after the mount.
+  // Lookups and reads made by `f` itself (on this thread) do not lock again.
+  void append(const std::function<void(Tree&)>& f);
   void set_lazy(uint64_t dir, std::shared_ptr<const LazyDir> lazy) { nodes_.at(dir - 1).lazy = std::move(lazy); }
   void mark_made_by(uint64_t ino, const char* kind) { nodes_.at(ino - 1).made_by = kind; }
   void set_access(uint64_t ino, Access self, Access files_below = {}) {
@@ -118,18 +134,31 @@ class Tree {
   // The entry at listing position k (eager entries, then the LazyDir's listed names), or nullptr.
   const Inode* listed_child(const Inode& dir, uint64_t k) const;
   const Inode* get(uint64_t ino) const {
-    std::shared_lock lock(mu_);
+    Reading lock(*this);
     return ino >= 1 && ino <= nodes_.size() ? &nodes_[ino - 1] : nullptr;
   }
   size_t size() const {
-    std::shared_lock lock(mu_);
+    Reading lock(*this);
     return nodes_.size();
   }
-  size_t files() const { return files_; }
+  size_t files() const {
+    Reading lock(*this);
+    return files_;
+  }
 
  private:
   uint64_t add(uint64_t parent, const std::string& name, Inode&& n, bool listed);
   const Inode* find(const Inode& dir, std::string_view name) const;
+  const Inode* make_lazy(const Inode& dir, std::string_view name) const;
+  // The shared lock, unless this thread holds the exclusive one.
+  class Reading {
+   public:
+    explicit Reading(const Tree& t);
+    ~Reading();
+
+   private:
+    const Tree* locked_;
+  };
   // A deque keeps node addresses stable while lazily made entries are appended.
   std::deque<Inode> nodes_;
   size_t files_ = 0;

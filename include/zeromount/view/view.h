@@ -5,6 +5,7 @@
 // without FUSE; the adapter in src/fuse only translates to libfuse.
 #include <sys/stat.h>
 
+#include <atomic>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "zeromount/view/file_table.h"
 #include "zeromount/view/mounted_tag.h"
 #include "zeromount/view/open_file.h"
+#include "zeromount/view/provider.h"
 #include "zeromount/view/tree.h"
 
 namespace zm::view {
@@ -33,6 +35,10 @@ struct ViewOptions {
   std::string layouts_dir = "layouts";      // -o layouts_dir=NAME: where the faked layouts live
   std::vector<std::string> tags;            // --tag: serve only these (each must index); empty: every tag
   bool tp_strict = true;  // refuse unused universal_checkpoint_info patterns (ds_to_universal --no_strict: false)
+  // -o rescan=S: at most this often, a lookup or listing that may concern a new tag rescans the
+  // source for tags saved after the mount; 0 serves the mount-time tags only.
+  double rescan_seconds = 1.0;
+  bool crc = false;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)
 };
 
 struct MountStats {
@@ -57,18 +63,20 @@ struct FsStats {
   uint32_t name_max = 255;
 };
 
-class View {
+class View final : public LiveSource {
  public:
-  // Scans and indexes `source`. Throws zm::Error naming the file (and parameter) if any ZeRO tag
-  // cannot be indexed; the mount is then refused.
+  // Scans and indexes `source`. A tag that cannot be indexed is left out (see TagError); throws
+  // zm::Error naming the file (and parameter) when a --tag cannot be indexed.
   static std::unique_ptr<View> load(const std::string& source, const ViewOptions& opts = {});
+  ~View() override;
 
   const Tree& tree() const { return tree_; }
   const MountStats& stats() const { return stats_; }
   const FileTable& files() const { return files_; }
 
-  // nullptr when the name does not exist (a negative entry, cacheable like a positive one).
-  const Inode* lookup(uint64_t parent, std::string_view name) const { return tree_.lookup(parent, name); }
+  // nullptr when the name does not exist (a negative entry, cacheable for negative_seconds). In
+  // a growing folder a miss first rescans SRC (refresh).
+  const Inode* lookup(uint64_t parent, std::string_view name) const;
   // Throws ENOENT for an inode the view never handed out.
   const Inode& inode(uint64_t ino) const;
   // Who may read `n`: a real entry's source owner and bits without write bits; a made-up one's
@@ -76,14 +84,32 @@ class View {
   Access access(const Inode& n) const;
   // Attributes as the kernel sees them: source-following owners and modes, no write bits, exact sizes.
   struct stat attr(const Inode& n) const;
-  // How long the kernel may keep names and attributes: the view never changes while mounted.
+  // How long the kernel may keep names and attributes: a name, once handed out, keeps its meaning.
   double cache_seconds() const { return 365.0 * 86400; }
+  // ... except a live file's attributes (its size follows the source) ...
+  double attr_seconds(const Inode& n) const { return n.live ? 0 : cache_seconds(); }
+  // ... and a growing folder's missing names, which a tag saved after the mount may fill.
+  double negative_seconds(const Inode& parent) const { return parent.growing ? opts_.rescan_seconds : cache_seconds(); }
+  // Whether the kernel may keep a folder's listing.
+  bool listing_cached(const Inode& dir) const { return !dir.growing; }
+  // Whether reads of an open file bypass the page cache: live files change between opens.
+  bool direct_io(const Inode& n) const { return n.live; }
   // ENOTDIR unless `n` is a folder.
   void open_dir(const Inode& n) const;
   // The entry at `offset` of folder `dir`, or nothing past the end.
   std::optional<DirEntry> dir_entry(const Inode& dir, uint64_t offset) const;
   // EISDIR for a folder; EROFS for any write access mode or O_TRUNC; otherwise the file, built.
-  OpenFile open(const Inode& n, int flags) const;
+  // `reader`: the opening process, whose reads .zeromount/stats counts.
+  OpenFile open(const Inode& n, int flags, int reader = 0) const;
+  // Adds the tags saved in SRC since the mount that now index cleanly (at most once per
+  // rescan_seconds; never waits for a rescan another thread is doing). True if any was added.
+  bool refresh() const;
+
+  // LiveSource: what the live files show.
+  std::string latest_text() const override;
+  std::optional<std::string> latest_tag() const override;
+  std::string errors_text() const override;
+  std::string stats_text() const override;
   FsStats statfs() const;
   // A symbolic link's target; EINVAL for anything else.
   std::string readlink(const Inode& n) const;
@@ -95,20 +121,28 @@ class View {
   std::string describe(const Inode& n) const;  // path inside the mount, for log lines
 
  private:
-  View(const ViewOptions& opts, struct timespec mtime) : opts_(opts), tree_(mtime) {}
-  void mirror(const std::string& real_dir, uint64_t dir);
+  struct Growth;
+  View(const ViewOptions& opts, struct timespec mtime);
+  // Mirrors SRC's folder `real_dir` into `dir`, adding only names `dir` does not have yet.
+  void mirror(const std::string& real_dir, uint64_t dir) const;
   // Indexes one tag folder and registers its shards; throws zm::Error when it cannot be indexed.
-  void add_tag(const std::string& tag_dir);
+  const MountedTag& add_tag(const std::string& tag_dir, bool* cache_hit = nullptr) const;
+  // Shows a tag indexed after the mount: its real folder, then every provider's folders.
+  void show_new_tag(const std::string& tag_dir, const MountedTag& tag) const;
+  bool served(const std::string& tag) const;
 
   ViewOptions opts_;
-  Tree tree_;
-  FileTable files_;
-  std::vector<std::unique_ptr<ds::TagIndex>> indexes_;
-  std::vector<std::unique_ptr<MountedTag>> tags_;
+  // Both only grow after the load (refresh), each under its own lock: the View stays logically const.
+  mutable Tree tree_;
+  mutable FileTable files_;
   MountStats stats_;
-  uint64_t real_bytes_ = 0;
+  std::string root_;      // SRC, absolute
+  std::string root_tag_;  // SRC's name when SRC is itself a tag folder, else empty
+  mutable std::atomic<uint64_t> real_bytes_{0};
   uid_t uid_ = 0;
   gid_t gid_ = 0;
+  // What changes while mounted: the tags (appended only), latest, errors, read counters.
+  std::unique_ptr<Growth> growth_;
 
   // LRU of built files, by inode, bounded by cache_bytes.
   mutable std::mutex cache_mu_;
