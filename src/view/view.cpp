@@ -243,23 +243,28 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
 void View::show_new_tag(const std::string& td, const MountedTag& tag) const {
   tree_.append([&](Tree& tree) {
     const std::string& name = tag.index->tag;
-    uint64_t d = 0;
-    if (const Inode* had = tree.lookup(Tree::kRoot, name)) {
-      if (!had->dir || had->made_by) return;  // the name means something else already
-      d = had->ino;
-    } else {
-      struct stat st {};
-      if (::stat(td.c_str(), &st) != 0) return;
-      d = tree.add_dir(Tree::kRoot, name, st.st_mtim);
-      tree.set_access(d, access_of(st));
+    const Inode* had = tree.lookup(Tree::kRoot, name);
+    if (had && had->made_by) return;  // the name means something else already
+    struct stat st {};
+    if (had && had->dir) {  // refused at mount, or mirrored before its first shard was written
+      mirror(td, had->ino);
+      tree.set_growing(had->ino, false);
+    } else if (!had && ::lstat(td.c_str(), &st) == 0) {
+      if (S_ISLNK(st.st_mode)) {  // a linked tag stays a link, as at mount
+        std::error_code ec;
+        tree.set_access(tree.add_link(Tree::kRoot, name, st.st_mtim, fs::read_symlink(td, ec).string()), access_of(st));
+      } else {
+        const uint64_t d = tree.add_dir(Tree::kRoot, name, st.st_mtim);
+        tree.set_access(d, access_of(st));
+        mirror(td, d);
+      }
     }
-    mirror(td, d);
-    tree.set_growing(d, false);
     if (!tree.lookup(Tree::kRoot, "latest") && read_latest(root_)) {  // the first save into an empty folder
       ProviderContext cx(tree, files_, opts_, *this, true);
       cx.add_live_text(
           Tree::kRoot, "latest", [this] { return latest_text(); }, tree.get(Tree::kRoot)->mtime);
     }
+    follow_latest();
     ProviderContext cx(tree, files_, opts_, *this, false);
     for (const auto& p : providers()) p->add_tag(cx, tag);
   });
@@ -308,25 +313,24 @@ bool View::refresh() const {
   return added;
 }
 
+std::optional<std::string> View::follow_latest() const {
+  const std::optional<std::string> now = read_latest(root_);
+  if (!now) return std::nullopt;
+  const std::string tag = trimmed(*now);
+  std::lock_guard<std::mutex> lock(growth_->mu);
+  if (growth_->served.count(tag)) {
+    growth_->latest_text = *now;
+    growth_->latest_tag = tag;
+  }
+  return tag;
+}
+
 std::string View::latest_text() const {
   if (!root_tag_.empty()) return root_tag_;
-  const std::optional<std::string> now = read_latest(root_);
-  Growth& g = *growth_;
-  if (now) {
-    {
-      std::lock_guard<std::mutex> lock(g.mu);
-      if (*now == g.latest_text) return g.latest_text;
-    }
-    const std::string tag = trimmed(*now);
-    if (!served(tag)) refresh();  // the save that rewrote it has most likely just finished
-    std::lock_guard<std::mutex> lock(g.mu);
-    if (g.served.count(tag)) {
-      g.latest_text = *now;
-      g.latest_tag = tag;
-    }
-  }
-  std::lock_guard<std::mutex> lock(g.mu);
-  return g.latest_text;
+  // A latest naming a tag not served yet: the save that rewrote it has most likely just finished.
+  if (const auto tag = follow_latest(); tag && !served(*tag) && refresh()) follow_latest();
+  std::lock_guard<std::mutex> lock(growth_->mu);
+  return growth_->latest_text;
 }
 
 std::optional<std::string> View::latest_tag() const {

@@ -4,7 +4,9 @@ and every operation this test knows has a row. The page fails the build when it 
 import errno
 import os
 import re
+import shutil
 import stat
+import time
 
 import pytest
 
@@ -109,7 +111,6 @@ def operations(m, tmp):
 
     def private_copy(name):
         """A copy of the source that a check may change, for a mount of its own."""
-        import shutil
         src = os.path.join(tmp, name)
         shutil.copytree(os.path.join(FIXTURES, SOURCE, "checkpoint"), src)
         return src
@@ -168,6 +169,27 @@ def operations(m, tmp):
             os.unlink(shard)
             return expect(want, lambda: open(target, "rb").read())
 
+    def new_tag(want):
+        src = private_copy("growing")
+        with mount(src) as m2:
+            shutil.copytree(os.path.join(src, TAG), os.path.join(tmp, "gs5"))
+            os.rename(os.path.join(tmp, "gs5"), os.path.join(src, "global_step5"))
+            for _ in range(25):  # the rescan period is 1 s; so is the kernel's memory of a miss
+                if os.path.exists(f"{m2}/global_step5_universal/zero/fc1.weight/fp32.pt"):
+                    return None
+                time.sleep(0.2)
+            return "no global_step5_universal after 5 s"
+
+    def rewritten_latest(want):
+        src = private_copy("rewritten")
+        with mount(src) as m2:
+            shutil.copytree(os.path.join(src, TAG), os.path.join(src, "global_step5"))
+            with open(os.path.join(src, "latest"), "w") as fh:
+                fh.write("global_step5")
+            time.sleep(1.1)
+            got = open(f"{m2}/latest").read()
+            return None if got == "global_step5" else got
+
     return {
         "lookup of a name that does not exist": lambda want: expect(want, lambda: os.stat(f"{m}/nope")),
         "stat of a file": lambda want: stat_file(),
@@ -196,6 +218,8 @@ def operations(m, tmp):
         "statfs": lambda want: statfs(),
         "read of a file built from a shard that changed (size, mtime or inode) since the mount": changed_shard,
         "read of a file built from a shard that was deleted or replaced since the mount": replaced_shard,
+        "lookup at the top level after a tag is saved into SRC": new_tag,
+        "read of `latest` after the next save rewrites it": rewritten_latest,
     }
 
 

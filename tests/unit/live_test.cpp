@@ -31,7 +31,8 @@ struct LiveFolder {
       if (only.empty() || std::find(only.begin(), only.end(), e.path().filename()) != only.end())
         fs::copy(e.path(), tmp + "/" + e.path().filename().string());
     if (fs::exists(src + "/" + tag)) {
-      for (const auto& e : fs::directory_iterator(tmp)) fs::rename(e.path(), src + "/" + tag + "/" + e.path().filename().string());
+      for (const auto& e : fs::directory_iterator(tmp))
+        fs::rename(e.path(), src + "/" + tag + "/" + e.path().filename().string());
     } else {
       fs::rename(tmp, src + "/" + tag);
     }

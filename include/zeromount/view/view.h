@@ -130,6 +130,8 @@ class View final : public LiveSource {
   // Shows a tag indexed after the mount: its real folder, then every provider's folders.
   void show_new_tag(const std::string& tag_dir, const MountedTag& tag) const;
   bool served(const std::string& tag) const;
+  // Takes SRC's `latest` if it names a served tag; returns the tag it names, served or not.
+  std::optional<std::string> follow_latest() const;
 
   ViewOptions opts_;
   // Both only grow after the load (refresh), each under its own lock: the View stays logically const.
