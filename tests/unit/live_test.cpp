@@ -3,7 +3,9 @@
 // meaning. Each case compares the view with the bytes on disk, never with the view itself.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "helpers.h"
 #include "view_helpers.h"
@@ -159,6 +161,50 @@ TEST(LiveFolder, StatsCountWhatEachReaderTookFromTheShards) {
   EXPECT_NE(stats.find("pid 4242 bytes 1440\n"), std::string::npos) << stats;
   EXPECT_NE(stats.find("bytes_from_shards 1440\n"), std::string::npos) << stats;
   EXPECT_NE(stats.find("tags_served 1\n"), std::string::npos) << stats;
+}
+
+}  // namespace
+}  // namespace zm
+
+namespace zm {
+namespace {
+
+// Tags appear while readers list, look up and read: run under ThreadSanitizer in CI.
+TEST(LiveFolderConcurrency, TagsAppearWhileEightThreadsRead) {
+  LiveFolder f;
+  auto v = f.mount();
+  const std::string param = "_universal/zero/fc1.weight/exp_avg.pt";
+  const std::string want = content_of(*v, at(*v, std::string("/") + kTag + param));
+  std::atomic<bool> done{false};
+  std::atomic<size_t> bad{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 8; ++t)
+    readers.emplace_back([&, t] {
+      for (unsigned k = 0; !done; ++k) {
+        const std::string tag = "global_step" + std::to_string(5 + (k + t) % 4);
+        if (const view::Inode* n = find(*v, "/" + tag + param)) bad += content_of(*v, *n) != want;
+        const view::Inode& root = *v->tree().get(view::Tree::kRoot);
+        for (auto e = v->dir_entry(root, 0); e; e = v->dir_entry(root, e->next)) {
+        }
+        bad += content_of(*v, at(*v, "/latest")).rfind("global_step", 0) != 0;
+        content_of(*v, at(*v, "/.zeromount/stats"));
+        find(*v, "/layouts/zero3-dp" + std::to_string(1 + k % 8) + "-fp32/" + tag);
+        ++reads;
+      }
+    });
+  for (int s = 5; s < 9; ++s) {
+    f.save("global_step" + std::to_string(s));
+    test::write_file(f.src + "/latest", "global_step" + std::to_string(s));
+    for (int tries = 0; tries < 200 && !find(*v, "/global_step" + std::to_string(s) + "_universal"); ++tries)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  done = true;
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GT(reads, 8u);
+  for (int s = 5; s < 9; ++s)
+    EXPECT_EQ(content_of(*v, at(*v, "/global_step" + std::to_string(s) + param)), want) << s;
+  EXPECT_EQ(content_of(*v, at(*v, "/latest")), "global_step8");
 }
 
 }  // namespace
