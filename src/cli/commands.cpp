@@ -7,7 +7,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -159,6 +161,14 @@ int mount(const MountOptions& o) {
       (s.refused_tags ? fmt::format("; {} tag(s) not served, see {}/.zeromount/errors", s.refused_tags, mountpoint)
                       : "");
 
+  // One line at unmount with the daemon's counters (.zeromount/stats without the per-reader lines).
+  auto unmounted = [&](int rc) {
+    std::string counts = view->stats_text();
+    counts = counts.substr(0, counts.find("\npid "));
+    std::replace(counts.begin(), counts.end(), '\n', ' ');
+    spdlog::info("unmounted {}: {}", mountpoint, counts);
+    return rc;
+  };
   auto tune = [&] {
     if (o.read_ahead_kb && !set_read_ahead(mountpoint, o.read_ahead_kb))
       spdlog::debug("{}: read_ahead_kb left as is (needs root)", mountpoint);
@@ -174,15 +184,15 @@ int mount(const MountOptions& o) {
       });
     });
     if (tuner.joinable()) tuner.join();
-    return rc;
+    return unmounted(rc);
   }
   const int rc = run_in_background(
       mountpoint,
       [&](const std::function<void(const std::string&)>& mounted) {
-        return fuse::serve(*view, cfg, [&](const std::string& err) {
+        return unmounted(fuse::serve(*view, cfg, [&](const std::string& err) {
           if (err.empty()) spdlog::info("{}", summary);
           mounted(err);
-        });
+        }));
       },
       o.log_file);
   if (rc == 0) tune();

@@ -202,8 +202,7 @@ TEST(LiveFolderConcurrency, TagsAppearWhileEightThreadsRead) {
   for (auto& r : readers) r.join();
   EXPECT_EQ(bad, 0u);
   EXPECT_GT(reads, 8u);
-  for (int s = 5; s < 9; ++s)
-    EXPECT_EQ(content_of(*v, at(*v, "/global_step" + std::to_string(s) + param)), want) << s;
+  for (int s = 5; s < 9; ++s) EXPECT_EQ(content_of(*v, at(*v, "/global_step" + std::to_string(s) + param)), want) << s;
   EXPECT_EQ(content_of(*v, at(*v, "/latest")), "global_step8");
 }
 
