@@ -41,8 +41,9 @@ int main(int argc, char** argv) {
       t_optim += s, ++n_optim;
   }
   const double all = std::chrono::duration<double>(clk::now() - t0).count();
-  printf("%s: %zu entries in %.3f s (%.1f GiB stat-reported); model files %zu x %.3f ms, optimizer files %zu x %.3f ms\n",
-         target.c_str(), n_model + n_optim, all, double(bytes) / (1 << 30), n_model,
-         n_model ? t_model / double(n_model) * 1e3 : 0.0, n_optim, n_optim ? t_optim / double(n_optim) * 1e3 : 0.0);
+  printf(
+      "%s: %zu entries in %.3f s (%.1f GiB stat-reported); model files %zu x %.3f ms, optimizer files %zu x %.3f ms\n",
+      target.c_str(), n_model + n_optim, all, double(bytes) / (1 << 30), n_model,
+      n_model ? t_model / double(n_model) * 1e3 : 0.0, n_optim, n_optim ? t_optim / double(n_optim) * 1e3 : 0.0);
   return 0;
 }
