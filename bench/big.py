@@ -43,7 +43,8 @@ def unmount(m):
 
 
 def server_pid(m):
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    """The newest zm-serve process serving m."""
+    for pid in sorted(filter(str.isdigit, os.listdir("/proc")), key=int, reverse=True):
         try:
             if (open(f"/proc/{pid}/comm").read().strip() == "zm-serve"
                     and m.encode() in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")):
@@ -53,9 +54,14 @@ def server_pid(m):
     return None
 
 
-def mem_mib(pid):
+def mem_mib(pid, log=None):
     out = {}
-    for line in open(f"/proc/{pid}/status"):
+    try:
+        status = open(f"/proc/{pid}/status").readlines()
+    except OSError:
+        tail = open(log).read()[-2000:] if log and os.path.exists(log) else ""
+        raise SystemExit(f"the daemon {pid} is gone; its log ends with:\n{tail}")
+    for line in status:
         k = line.split(":")[0]
         if k in ("VmHWM", "VmRSS"):
             out[k] = int(line.split()[1]) / 1024
@@ -66,12 +72,12 @@ def tag_of(ckpt):
     return open(os.path.join(ckpt, "latest")).read().strip()
 
 
-def one_run(ckpt, mnt, env, extra):
+def one_run(ckpt, mnt, env, extra, log):
     tag = tag_of(ckpt)
     probe = os.path.join(mnt, f"{tag}_universal", "zero", "optimizer_state.pt")
     r = {"load": load()}
     t0 = time.monotonic()
-    p = subprocess.Popen([ZM, ckpt, mnt, *extra], env=env, stdout=subprocess.DEVNULL,
+    p = subprocess.Popen([ZM, ckpt, mnt, "--log-file", log, *extra], env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
     while True:
         try:
@@ -84,13 +90,13 @@ def one_run(ckpt, mnt, env, extra):
     r["ready"] = time.monotonic() - t0
     p.wait()
     pid = server_pid(mnt)
-    r["mem_mount"] = mem_mib(pid)
+    r["mem_mount"] = mem_mib(pid, log)
     t = time.monotonic()
     out = subprocess.run(["ls", "-lR", os.path.join(mnt, f"{tag}_universal")], check=True,
                          capture_output=True).stdout
     r["lslR"] = time.monotonic() - t
     r["lslR_lines"] = out.count(b"\n")
-    r["mem_ls"] = mem_mib(pid)
+    r["mem_ls"] = mem_mib(pid, log)
     t = time.monotonic()
     subprocess.run(["stat", os.path.join(mnt, "layouts", LAYOUT)], check=True, capture_output=True)
     names = subprocess.run(["ls", os.path.join(mnt, "layouts", LAYOUT, tag)], check=True,
@@ -111,7 +117,7 @@ def one_run(ckpt, mnt, env, extra):
             n += len(b)
     r["read_s"] = time.monotonic() - t
     r["read_bytes"] = n
-    r["mem_end"] = mem_mib(pid)
+    r["mem_end"] = mem_mib(pid, log)
     r["load_end"] = load()
     unmount(mnt)
     return r
@@ -143,9 +149,10 @@ def main():
         shutil.rmtree(cache, ignore_errors=True)
         env_nc = dict(os.environ, XDG_CACHE_HOME=cache, ZEROMOUNT_NO_INDEX_CACHE="1")
         env_c = dict(os.environ, XDG_CACHE_HOME=cache)
-        nc = [one_run(ckpt, mnt, env_nc, extra) for _ in range(a.runs)]
-        one_run(ckpt, mnt, env_c, extra)  # fills the cache
-        c = [one_run(ckpt, mnt, env_c, extra) for _ in range(a.runs)]
+        log = os.path.join(a.work, f"daemon-{label}.log")
+        nc = [one_run(ckpt, mnt, env_nc, extra, log) for _ in range(a.runs)]
+        one_run(ckpt, mnt, env_c, extra, log)  # fills the cache
+        c = [one_run(ckpt, mnt, env_c, extra, log) for _ in range(a.runs)]
         allr = nc + c
 
         def line(what, target, m, unit, ok, fmt="{:.3f}"):
