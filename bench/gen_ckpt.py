@@ -20,15 +20,18 @@ Usage:
               [--expected DIR]
 """
 import argparse
+import ctypes
 import filecmp
 import json
 import math
 import os
 import pickle
 import sys
+import struct
 import tempfile
 import time
 import types
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
@@ -237,17 +240,120 @@ class Alloc:
         self.tmpdir = tmpdir
         self.mmap_min = mmap_min_bytes
 
-    def zeros(self, n):
-        if self.mmap_min and n * 4 >= self.mmap_min:
+    def zeros(self, n, dtype=np.float32):
+        nbytes = n * np.dtype(dtype).itemsize
+        if self.mmap_min and nbytes >= self.mmap_min:
             fd, path = tempfile.mkstemp(prefix=".gen_ckpt_", dir=self.tmpdir)
             try:
-                os.ftruncate(fd, max(n * 4, 1))
-                arr = np.memmap(path, dtype=np.float32, mode="r+", shape=(n,))
+                os.ftruncate(fd, max(nbytes, 1))  # sparse: pages are only allocated when written
+                arr = np.memmap(path, dtype=dtype, mode="r+", shape=(n,))
             finally:
                 os.close(fd)
                 os.unlink(path)
             return arr
-        return np.zeros(n, dtype=np.float32)
+        return np.zeros(n, dtype=dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# --sparse: torch's records, written by our own zip writer with the tensor bytes as holes
+# --------------------------------------------------------------------------------------------
+
+ZIP_BIG = 0xFFFFFFFF
+ZIP_ALIGN = 64
+
+
+class _RecordCapture:
+    """Stands in for torch._C.PyTorchFileWriter in torch.serialization._save: keeps the
+    write_record calls (name, bytes or data pointer, size) and writes nothing."""
+
+    def __init__(self):
+        self.records = []
+
+    def write_record(self, name, data, n):
+        self.records.append((name, data, int(n)))
+
+
+def capture_records(obj):
+    """The records torch.save(obj) would write, in its order (torch 1.13: data.pkl, data/<key>
+    in string order, version). Tensor records carry a data pointer into the live storage."""
+    cap = _RecordCapture()
+    torch.serialization._save(obj, cap, pickle, torch.serialization.DEFAULT_PROTOCOL)
+    cap.records.append(("version", b"3\n", 2))  # PyTorchStreamWriter::writeEndOfFile
+    return cap.records
+
+
+def write_zip(path, records, hole_min):
+    """Writes the torch.save zip container (torch-save-format.md §1.2, byte-identical layout to
+    torch 1.13's PyTorchStreamWriter) for `records`. Tensor records of hole_min bytes or more are
+    not written: the file gets a hole there (reads as zeros) and the CRC is 0, which torch.load
+    never checks. Smaller records are copied from their storage with their real CRC.
+    Returns (apparent size, number of hole bytes)."""
+    prefix = os.path.splitext(os.path.basename(path))[0] + "/"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        buf = bytearray()
+        buf_ofs = 0  # file offset of buf[0]
+        ofs = 0      # file offset of the next byte
+        cd = bytearray()
+        n = 0
+        holes = 0
+        for rec, data, size in records:
+            name = (prefix + rec).encode()
+            if isinstance(data, (bytes, bytearray)):
+                payload = bytes(data)
+            elif size < hole_min:
+                payload = ctypes.string_at(data, size) if size else b""
+            else:
+                payload = None
+            lz = cz = b""
+            if size >= ZIP_BIG or ofs >= ZIP_BIG:
+                lb = ((struct.pack("<QQ", size, 0) if size >= ZIP_BIG else b"")
+                      + (struct.pack("<Q", ofs) if ofs >= ZIP_BIG else b""))
+                cb = ((struct.pack("<QQ", size, size) if size >= ZIP_BIG else b"")
+                      + (struct.pack("<Q", ofs) if ofs >= ZIP_BIG else b""))
+                lz, cz = struct.pack("<HH", 1, len(lb)) + lb, struct.pack("<HH", 1, len(cb)) + cb
+            start = ofs + 30 + len(name) + len(lz) + 4
+            pad = (-start) % ZIP_ALIGN
+            extra = lz + b"FB" + struct.pack("<H", pad) + b"Z" * pad
+            flags = 0x0800 | (0x0008 if size else 0)
+            crc = (zlib.crc32(payload) & ZIP_BIG) if (payload is not None and size) else 0
+            buf += struct.pack("<IHHHHHIIIHH", 0x04034B50, 0, flags, 0, 0, 0, 0, 0, 0,
+                               len(name), len(extra))
+            buf += name
+            buf += extra
+            if payload is not None:
+                buf += payload
+            else:  # the hole
+                os.pwrite(fd, buf, buf_ofs)
+                buf_ofs += len(buf) + size
+                buf = bytearray()
+                holes += size
+            if size:
+                buf += (struct.pack("<IIQQ", 0x08074B50, crc, size, size) if lz
+                        else struct.pack("<IIII", 0x08074B50, crc, size, size))
+            cd += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0, 0, flags, 0, 0, 0, crc,
+                              min(size, ZIP_BIG), min(size, ZIP_BIG), len(name), len(cz), 0, 0, 0, 0,
+                              min(ofs, ZIP_BIG))
+            cd += name
+            cd += cz
+            n += 1
+            ofs = buf_ofs + len(buf)
+            if len(buf) >= 1 << 20:
+                os.pwrite(fd, buf, buf_ofs)
+                buf_ofs = ofs
+                buf = bytearray()
+        cd_ofs, cd_size = ofs, len(cd)
+        buf += cd
+        z64 = cd_ofs + cd_size
+        buf += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 0x002D, 0, 0, n, n, cd_size, cd_ofs)
+        buf += struct.pack("<IIQI", 0x07064B50, 0, z64, 1)
+        buf += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF),
+                           min(cd_size, ZIP_BIG), min(cd_ofs, ZIP_BIG), 0)
+        os.pwrite(fd, buf, buf_ofs)
+        total = buf_ofs + len(buf)
+    finally:
+        os.close(fd)
+    return total, holes
 
 
 def _save_capture(obj, path):
@@ -327,8 +433,44 @@ def _parse_sizes(text):
     return shapes
 
 
+# Llama-style architectures for --arch: (layers, hidden, heads, kv_heads, ffn, vocab).
+ARCHS = {
+    "small": (2, 64, 4, 2, 160, 300),
+    "llama70b": (80, 8192, 64, 8, 28672, 128256),  # Llama-2/3 70B shapes, untied lm_head
+}
+
+
+def llama_params(arch):
+    """(name, shape) of a Hugging Face Llama state_dict, in its order."""
+    L, h, heads, kv, f, v = ARCHS[arch]
+    kvd = h // heads * kv
+    out = [("model.embed_tokens.weight", (v, h))]
+    for i in range(L):
+        a = f"model.layers.{i}."
+        out += [(a + "self_attn.q_proj.weight", (h, h)), (a + "self_attn.k_proj.weight", (kvd, h)),
+                (a + "self_attn.v_proj.weight", (kvd, h)), (a + "self_attn.o_proj.weight", (h, h)),
+                (a + "mlp.gate_proj.weight", (f, h)), (a + "mlp.up_proj.weight", (f, h)),
+                (a + "mlp.down_proj.weight", (h, f)),
+                (a + "input_layernorm.weight", (h,)), (a + "post_attention_layernorm.weight", (h,))]
+    out += [("model.norm.weight", (h,)), ("lm_head.weight", (v, h))]
+    return out
+
+
+def module_prefixes(names):
+    """module._metadata keys for these parameter names: '' and every module prefix, pre-order."""
+    seen = {"": None}
+    for nm in names:
+        parts = nm.split(".")[:-1]
+        for k in range(1, len(parts) + 1):
+            seen.setdefault(".".join(parts[:k]), None)
+    return list(seen)
+
+
 class Model:
     def __init__(self, args):
+        if args.arch != "random":
+            self._init_llama(args)
+            return
         rng = np.random.default_rng(args.seed)
         if args.sizes:
             shapes = _parse_sizes(args.sizes)
@@ -360,6 +502,20 @@ class Model:
         meta.append(("layers", {"version": 1}))
         meta += [(f"layers.{i}", {"version": 1}) for i in range((n + 1) // 2)]
         self.metadata = meta
+
+    def _init_llama(self, args):
+        """--arch: Llama names and shapes; 2-D weights in group 0 (weight decay), the RMSNorm
+        weights in group 1 (no decay), as DeepSpeed users usually split them. No buffers (the
+        rotary inv_freq is not persistent) and no frozen params."""
+        named = llama_params(args.arch)
+        self.frozen = []
+        self.params = [Param(nm, sh, p, 0 if len(sh) == 2 else 1, True)
+                       for p, (nm, sh) in enumerate(named)]
+        self.buffer = None
+        self.G = 2
+        self.groups = [[p for p in self.params if p.group == g] for g in range(self.G)]
+        self.seed = args.seed
+        self.metadata = [(k, {"version": 1}) for k in module_prefixes(nm for nm, _ in named)]
 
     def key(self, p, state=ST_FP32):
         return value_key(self.seed, p.ds_id, state)
@@ -401,7 +557,12 @@ class Writer:
         self.alloc = Alloc(self.tagdir, args.mmap_min_mib << 20)
         self.files = 0
         self.bytes = 0
+        self.disk = 0  # bytes allocated on disk (st_blocks), differs from self.bytes with --sparse
         self.steps = args.steps
+        self.sparse = args.sparse
+        self.hole_min = args.hole_min_bytes
+        self.checked_zip = False
+        self.bf16 = args.module_dtype == "bf16"
         zo = {"stage": args.stage}
         if args.stage == 3:
             zo["stage3_param_persistence_threshold"] = 0
@@ -419,12 +580,58 @@ class Writer:
                                      "warmup_num_steps": 10, "warmup_type": "linear"}},
             "zero_optimization": zo,
         }
+        if self.bf16:
+            self.ds_config["bf16"] = {"enabled": True}
+
+    def hole(self, nbytes):
+        """True when a buffer of nbytes is left unwritten (a hole, zeros) and so need not be
+        filled: --sparse writes tensor records of --hole-min-bytes or more as holes."""
+        return self.sparse and nbytes >= self.hole_min
+
+    def module_tensor(self, n):
+        """A flat module buffer of n elements in the module dtype; filled unless it is a hole."""
+        if self.hole(n * (2 if self.bf16 else 4)):
+            if self.bf16:
+                return T(self.alloc.zeros(n, np.int16)).view(torch.bfloat16), None
+            return T(self.alloc.zeros(n)), None
+        flat = self.alloc.zeros(n)
+        return (T(flat).to(torch.bfloat16) if self.bf16 else T(flat)), flat
+
+    def _account(self, path):
+        st = os.stat(path)
+        self.files += 1
+        self.bytes += st.st_size
+        self.disk += st.st_blocks * 512
+
+    def save_sparse(self, records, path, obj):
+        write_zip(path, records, self.hole_min)
+        if not self.checked_zip:
+            # Once: the same records written in full must equal torch.save byte for byte (only
+            # when they are small enough to write twice).
+            self.checked_zip = True
+            total = sum(n for _, _, n in records)
+            if total <= 64 << 20:
+                refdir = tempfile.mkdtemp(prefix=".gen_ckpt_check_", dir=self.tagdir)
+                ref, mine = os.path.join(refdir, os.path.basename(path)), os.path.join(refdir, "x")
+                os.mkdir(mine)
+                mine = os.path.join(mine, os.path.basename(path))
+                torch.save(obj, ref)
+                write_zip(mine, records, float("inf"))
+                same = filecmp.cmp(ref, mine, shallow=False)
+                os.unlink(ref)
+                os.unlink(mine)
+                os.rmdir(os.path.dirname(mine))
+                os.rmdir(refdir)
+                if not same:
+                    raise SystemExit("gen_ckpt: the sparse zip writer's layout differs from torch.save")
 
     def save(self, obj, name):
         path = os.path.join(self.tagdir, name)
-        torch.save(obj, path)
-        self.files += 1
-        self.bytes += os.path.getsize(path)
+        if self.sparse:
+            self.save_sparse(capture_records(obj), path, obj)
+        else:
+            torch.save(obj, path)
+        self._account(path)
         return path
 
     def save_replay(self, obj, name, st):
@@ -435,6 +642,14 @@ class Writer:
         file name). The first replay is checked against a real torch.save; on any problem, plain
         torch.save is used."""
         path = os.path.join(self.tagdir, name)
+        if self.sparse:
+            # The pickle is the same for every rank; small records are read from the refilled
+            # buffers through their captured data pointers.
+            if st.get("records") is None:
+                st["records"] = capture_records(obj)
+            self.save_sparse(st["records"], path, obj)
+            self._account(path)
+            return path
         recs = st.get("records")
         if recs is None or not self.args.fast:
             st["records"] = _save_capture(obj, path) if self.args.fast else None
@@ -455,8 +670,7 @@ class Writer:
                           file=sys.stderr)
                     st["records"] = None
                     self.args.fast = False
-        self.files += 1
-        self.bytes += os.path.getsize(path)
+        self._account(path)
         return path
 
     def step_tensor(self):
@@ -471,7 +685,7 @@ class Writer:
         steps = self.steps
         return {
             "module": module,
-            "buffer_names": [self.m.buffer.name],
+            "buffer_names": [self.m.buffer.name] if self.m.buffer else [],
             "optimizer": None,
             "param_shapes": param_shapes,
             "frozen_param_shapes": frozen_shapes,
@@ -501,6 +715,7 @@ class Writer:
             f.write(self.args.tag)
         self.files += 1
         self.bytes += len(self.args.tag.encode())
+        self.disk += os.stat(os.path.join(self.args.out_dir, "latest")).st_blocks * 512
 
 
 class Stage12Writer(Writer):
@@ -520,7 +735,7 @@ class Stage12Writer(Writer):
 
     def write_model(self):
         m = self.m
-        module = [(m.buffer.name, self.buffer_tensor())]
+        module = [(m.buffer.name, self.buffer_tensor())] if m.buffer else []
         frozen = OrderedDict()
         for p in m.frozen:
             t = T(m.full(p).copy())
@@ -528,10 +743,12 @@ class Stage12Writer(Writer):
             frozen[p.name] = t
         views = {}
         for g, (params, n, off, N, Tg, P) in enumerate(self.layout):
-            flat = self.alloc.zeros(Tg)
-            keys = [np.array([m.key(p) for p in params], dtype=np.uint32)]
-            fill([flat], keys, np.zeros(len(params)), n, off, [ST_FP32])
-            ft = T(flat)
+            ft, flat = self.module_tensor(Tg)
+            if flat is not None:
+                keys = [np.array([m.key(p) for p in params], dtype=np.uint32)]
+                fill([flat], keys, np.zeros(len(params)), n, off, [ST_FP32])
+                if self.bf16:
+                    ft.copy_(T(flat))
             for p, o in zip(params, off.tolist()):
                 views[p.name] = ft[o:o + p.numel].view(p.shape)
         module += [(p.name, views[p.name]) for p in m.params]
@@ -560,9 +777,10 @@ class Stage12Writer(Writer):
                 idx, s, e = idx[sel], s[sel], e[sel]
             else:
                 s = e = idx
-            keys = [np.array([m.key(params[k], st) for k in idx.tolist()], dtype=np.uint32)
-                    for st in range(3)]
-            fill(bufs, keys, s - off[idx], e - s, s - lo, [ST_FP32, ST_AVG, ST_AVGSQ])
+            if not self.hole(P * 4):
+                keys = [np.array([m.key(params[k], st) for k in idx.tolist()], dtype=np.uint32)
+                        for st in range(3)]
+                fill(bufs, keys, s - off[idx], e - s, s - lo, [ST_FP32, ST_AVG, ST_AVGSQ])
             L = max(0, min(P, N - lo))
             fp32 = T(bufs[0])[:L].detach()
             fp32.requires_grad_(True)
@@ -624,12 +842,13 @@ class Stage3Writer(Writer):
 
     def build_model(self):
         m, W = self.m, self.W
-        module = [(m.buffer.name, self.buffer_tensor())]
+        module = [(m.buffer.name, self.buffer_tensor())] if m.buffer else []
         frags = OrderedDict()
+        mdt = torch.bfloat16 if self.bf16 else torch.float32
         for p in m.frozen:
-            module.append((p.name, torch.empty(0, dtype=torch.float32)))
+            module.append((p.name, torch.empty(0, dtype=mdt)))
             frags[p.name] = np.zeros(-(-p.numel // W), dtype=np.float32)
-        module += [(p.name, torch.empty(0, dtype=torch.float32)) for p in m.params]
+        module += [(p.name, torch.empty(0, dtype=mdt)) for p in m.params]
         param_shapes = [OrderedDict((p.name, torch.Size(p.shape)) for p in sg[1]) for sg in self.subgroups]
         fshapes = OrderedDict((p.name, torch.Size(p.shape)) for p in m.frozen)
         ffrags = OrderedDict((k, T(v)) for k, v in frags.items())
@@ -673,6 +892,8 @@ class Stage3Writer(Writer):
     def fill_optim(self, r, bufs):
         for sid, (g, params, n, p, q) in enumerate(self.subgroups):
             b = bufs[sid]
+            if self.hole(len(b[0]) * 4):
+                continue  # never written: zeros in the file
             i0 = r * p
             v = np.clip(n - i0, 0, p)
             if r:
@@ -692,7 +913,7 @@ def write_expected(args, model, writer):
             np.save(os.path.join(pd, nm + ".npy"), model.full(p, st))
         entries.append({"name": p.name, "shape": list(p.shape), "group": p.group, "ds_id": p.ds_id})
     frozen = []
-    for p in model.frozen + [model.buffer]:
+    for p in model.frozen + ([model.buffer] if model.buffer else []):
         pd = os.path.join(d, p.name)
         os.makedirs(pd, exist_ok=True)
         np.save(os.path.join(pd, "fp32.npy"), model.full(p))
@@ -705,7 +926,7 @@ def write_expected(args, model, writer):
         "step": args.steps,
         "params": entries,
         "frozen": frozen,
-        "buffers": [{"name": model.buffer.name, "shape": list(model.buffer.shape)}],
+        "buffers": [{"name": b.name, "shape": list(b.shape)} for b in [model.buffer] if b],
         "param_groups": [{"weight_decay": model.weight_decay(g),
                           "params": [p.name for p in model.groups[g]]} for g in range(model.G)],
     }
@@ -740,7 +961,21 @@ def main(argv=None):
                     help="stage 3: torch.save every file instead of replaying the shared pickle")
     ap.add_argument("--mmap-min-mib", type=int, default=256,
                     help="buffers of at least this size are file-backed (0 = never)")
+    ap.add_argument("--arch", default="random", choices=("random",) + tuple(ARCHS),
+                    help="parameter names and shapes: random 'layers.N' (default, see --params) or "
+                         "a Llama-style model (small: 2 layers, llama70b: 80 layers, 70.55e9 params)")
+    ap.add_argument("--module-dtype", default=None, choices=("fp32", "bf16"),
+                    help="dtype of the model-state module tensors (default fp32; bf16 for --arch "
+                         "small/llama70b). bf16 also sets ds_config bf16.enabled")
+    ap.add_argument("--sparse", action="store_true",
+                    help="write tensor records as holes (our own zip writer, CRC 0): stat sizes are "
+                         "real, disk usage is the pickles only")
+    ap.add_argument("--hole-min-bytes", type=int, default=65536,
+                    help="--sparse: tensor records of at least this size are holes; smaller ones "
+                         "(step counts, small norms) are written with their values (default 65536)")
     args = ap.parse_args(argv)
+    if args.module_dtype is None:
+        args.module_dtype = "fp32" if args.arch == "random" else "bf16"
     if args.dp < 1 or args.groups < 1 or args.frozen < 0 or args.steps < 1:
         ap.error("--dp, --groups, --steps must be >= 1 and --frozen >= 0")
     if not args.sizes and not (0 <= args.numel_min <= args.numel_max):
@@ -764,7 +999,8 @@ def main(argv=None):
     dt = time.time() - t0
     print(f"gen_ckpt: stage {args.stage} dp {args.dp}: {len(model.params)} params, "
           f"{writer.files} files, {writer.bytes} bytes ({writer.bytes / 2**30:.3f} GiB), "
-          f"{dt:.2f} s -> {os.path.join(args.out_dir, args.tag)}")
+          f"{dt:.2f} s -> {os.path.join(args.out_dir, args.tag)}"
+          + (f"; {writer.disk / 2**20:.1f} MiB on disk" if args.sparse else ""))
 
 
 if __name__ == "__main__":

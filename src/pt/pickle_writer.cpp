@@ -1,17 +1,60 @@
 #include "zeromount/pt/pickle_writer.h"
 
+#include <array>
 #include <bit>
 #include <deque>
-#include <unordered_map>
+#include <string_view>
+#include <vector>
 
 #include "zeromount/pt/error.h"
 
 namespace zm::pt {
 namespace {
 
+// Pointer -> memo index, open addressing with linear probing. The memo is looked up once per
+// value written and filled once per memoizable one; a node-based map spent more time in malloc
+// and free than the emitter spent writing (bench/README.md, issue 14).
+class PtrIndex {
+ public:
+  const uint32_t* find(const void* key) const {
+    if (used_ == 0) return nullptr;
+    for (size_t i = slot(key);; i = (i + 1) & mask_) {
+      if (slots_[i].key == key) return &slots_[i].value;
+      if (!slots_[i].key) return nullptr;
+    }
+  }
+  void insert(const void* key, uint32_t value) {  // key is not null and not present
+    if ((used_ + 1) * 2 > slots_.size()) grow();
+    size_t i = slot(key);
+    while (slots_[i].key) i = (i + 1) & mask_;
+    slots_[i] = {key, value};
+    ++used_;
+  }
+
+ private:
+  struct Slot {
+    const void* key = nullptr;
+    uint32_t value = 0;
+  };
+  size_t slot(const void* key) const {
+    return size_t((uint64_t(reinterpret_cast<uintptr_t>(key)) * 0x9E3779B97F4A7C15ull) >> 32) & mask_;
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.empty() ? 4096 : old.size() * 2, Slot{});
+    mask_ = slots_.size() - 1;
+    used_ = 0;
+    for (const Slot& o : old)
+      if (o.key) insert(o.key, o.value);
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, used_ = 0;
+};
+
 class Emitter {
  public:
   PickledTensors run(const Node* root) {
+    out_.pickle.reserve(1 << 16);
     out_.pickle = "\x80\x02";
     save(root, 0);
     out_.pickle += '.';
@@ -22,15 +65,20 @@ class Emitter {
   std::string& w() { return out_.pickle; }
   void u8(uint8_t v) { w().push_back(char(v)); }
   void le(uint64_t v, int n) {
-    for (int k = 0; k < n; ++k) u8(uint8_t(v >> (8 * k)));
+    char b[8];
+    for (int k = 0; k < n; ++k) b[k] = char(uint8_t(v >> (8 * k)));
+    w().append(b, size_t(n));
   }
 
   // CPython's memo: BINPUT after each memoizable object, BINGET when it recurs.
   void memoize(const void* key) {
-    const uint32_t idx = uint32_t(memo_.size());
-    memo_.emplace(key, idx);
+    const uint32_t idx = next_memo_++;
+    memo_.insert(key, idx);
     put(idx);
   }
+  // The memo entry of an object that exists only during this emission (a fresh tuple in Python):
+  // it takes an index, as CPython's BINPUT does, but can never be found again.
+  void memoize_fresh() { put(next_memo_++); }
   void put(uint32_t idx) {
     if (idx < 256) {
       u8('q');
@@ -41,20 +89,20 @@ class Emitter {
     }
   }
   bool get(const void* key) {
-    auto it = memo_.find(key);
-    if (it == memo_.end()) return false;
-    if (it->second < 256) {
-      u8('h');
-      u8(uint8_t(it->second));
-    } else {
-      u8('j');
-      le(it->second, 4);
-    }
+    const uint32_t* idx = memo_.find(key);
+    if (!idx) return false;
+    binget(*idx);
     return true;
   }
-
-  // A memo key for an object that exists only during this emission (a fresh tuple in Python).
-  const void* unique_key() { return &unique_.emplace_back(); }
+  void binget(uint32_t idx) {
+    if (idx < 256) {
+      u8('h');
+      u8(uint8_t(idx));
+    } else {
+      u8('j');
+      le(idx, 4);
+    }
+  }
 
   void save_int(int64_t v) {
     if (v >= 0 && v < 256) {
@@ -89,14 +137,19 @@ class Emitter {
     save_str_raw(s);
     memoize(key);
   }
-  void save_global(const std::string& module, const std::string& name) {
-    // Globals are class objects in Python: one memo entry each, keyed by name.
-    auto [it, fresh] = globals_.try_emplace(module + '\n' + name, nullptr);
-    if (fresh) it->second = &it->first;
-    if (get(it->second)) return;
+  void save_global(std::string_view module, std::string_view name) {
+    // Globals are class objects in Python: one memo entry each, keyed by name. A file has a
+    // handful of distinct globals, so a linear search beats hashing a concatenated key.
+    for (const Global& g : globals_)
+      if (g.module == module && g.name == name) return binget(g.memo);
     u8('c');
-    w() += (module == "builtins" ? std::string("__builtin__") : module) + '\n' + name + '\n';
-    memoize(it->second);
+    w() += module == "builtins" ? std::string_view("__builtin__") : module;
+    u8('\n');
+    w() += name;
+    u8('\n');
+    const uint32_t idx = next_memo_++;
+    put(idx);
+    globals_.push_back({std::string(module), std::string(name), idx});
   }
   void empty_tuple() { u8(')'); }
   template <typename F>
@@ -139,43 +192,52 @@ class Emitter {
     // with the 'storage' and 'cpu' constants and the key string shared, as torch's pickler has them.
     u8('(');
     save_str(&kStorage, "storage");
-    save_global("torch", std::string(storage_class(t->dtype)));
-    auto [it, fresh] = keys_.try_emplace(owner, std::to_string(out_.storages.size()));
-    if (fresh) out_.storages.push_back(owner);
-    save_str(&it->second, it->second);
+    save_global("torch", storage_class(t->dtype));
+    const std::string* key;
+    if (const uint32_t* k = storage_ids_.find(owner)) {
+      key = &keys_[*k];
+    } else {
+      storage_ids_.insert(owner, uint32_t(out_.storages.size()));
+      key = &keys_.emplace_back(std::to_string(out_.storages.size()));
+      out_.storages.push_back(owner);
+    }
+    save_str(key, *key);
     save_str(&kCpu, "cpu");
     save_int(int64_t(owner->write_numel()));
     u8('t');
-    memoize(unique_key());  // the pid tuple is new each time, so its memo entry is never hit
+    memoize_fresh();  // the pid tuple is new each time, so its memo entry is never hit
     u8('Q');
     save_int(t->storage_of ? t->storage_offset : 0);
-    std::vector<int64_t> stride(t->shape.size());
+    const size_t nd = t->shape.size();
+    std::array<int64_t, 8> small{};
+    std::vector<int64_t> big(nd > small.size() ? nd : 0);
+    int64_t* stride = nd > small.size() ? big.data() : small.data();
     int64_t s = 1;
-    for (size_t k = t->shape.size(); k-- > 0;) {
+    for (size_t k = nd; k-- > 0;) {
       stride[k] = s;
       s *= t->shape[k];
     }
-    save_shape(t->shape, depth);
-    save_shape(stride, depth);
+    save_shape(t->shape.data(), nd);
+    save_shape(stride, nd);
     u8(t->requires_grad ? 0x88 : 0x89);
     save_global("collections", "OrderedDict");
     empty_tuple();
     u8('R');
-    memoize(unique_key());
+    memoize_fresh();
     u8('t');
-    memoize(unique_key());
+    memoize_fresh();
     u8('R');
     memoize(t);
   }
-  void save_shape(const std::vector<int64_t>& dims, int depth) {
-    if (dims.empty()) return empty_tuple();
-    if (dims.size() > 3) u8('(');
-    for (int64_t d : dims) save_int(d);
-    if (dims.size() <= 3)
-      u8(uint8_t(0x85 + dims.size() - 1));
+  void save_shape(const int64_t* dims, size_t n) {
+    if (n == 0) return empty_tuple();
+    if (n > 3) u8('(');
+    for (size_t k = 0; k < n; ++k) save_int(dims[k]);
+    if (n <= 3)
+      u8(uint8_t(0x85 + n - 1));
     else
       u8('t');
-    memoize(unique_key());
+    memoize_fresh();
   }
 
   void save(const Node* n, int depth) {
@@ -223,7 +285,7 @@ class Emitter {
           save_str(&strs_.emplace_back(latin1), latin1);
           save_str(&kLatin1, "latin1");
           u8(0x86);
-          memoize(unique_key());
+          memoize_fresh();
         }
         u8('R');
         memoize(n);
@@ -257,10 +319,10 @@ class Emitter {
         if (get(n)) return;
         save_global("builtins", "set");
         u8(']');
-        memoize(unique_key());
+        memoize_fresh();
         save_items(n, depth);
         u8(0x85);
-        memoize(unique_key());
+        memoize_fresh();
         u8('R');
         memoize(n);
         return;
@@ -293,11 +355,16 @@ class Emitter {
     n.kind = Kind::Tuple;
     return n;
   }();
+  struct Global {
+    std::string module, name;
+    uint32_t memo;
+  };
   PickledTensors out_;
-  std::unordered_map<const void*, uint32_t> memo_;
-  std::unordered_map<std::string, const std::string*> globals_;
-  std::unordered_map<const Tensor*, std::string> keys_;
-  std::deque<char> unique_;
+  PtrIndex memo_;
+  uint32_t next_memo_ = 0;
+  std::vector<Global> globals_;
+  PtrIndex storage_ids_;          // storage owner -> index in keys_ / out_.storages
+  std::deque<std::string> keys_;  // "0", "1", ...: stable addresses, they are memo keys
   std::deque<std::string> strs_;
 };
 

@@ -22,15 +22,14 @@ constexpr uint64_t kAlign = 64;
 
 struct Bytes {
   std::string s;
-  void u16(uint64_t v) {
-    for (int k = 0; k < 2; ++k) s.push_back(char(v >> (8 * k)));
+  void le(uint64_t v, int n) {
+    char b[8];
+    for (int k = 0; k < n; ++k) b[k] = char(v >> (8 * k));
+    s.append(b, size_t(n));
   }
-  void u32(uint64_t v) {
-    for (int k = 0; k < 4; ++k) s.push_back(char(v >> (8 * k)));
-  }
-  void u64(uint64_t v) {
-    for (int k = 0; k < 8; ++k) s.push_back(char(v >> (8 * k)));
-  }
+  void u16(uint64_t v) { le(v, 2); }
+  void u32(uint64_t v) { le(v, 4); }
+  void u64(uint64_t v) { le(v, 8); }
 };
 
 struct Record {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 #include "helpers.h"
 #include "zeromount/ds/checkpoint.h"
@@ -149,6 +150,37 @@ TEST_P(Fixture, StepAndGroups) {
   ASSERT_NE(ix->optim_meta, nullptr);
   // BF16_Optimizer.state_dict has no loss-scale keys (spec §3.2.2).
   EXPECT_EQ(ix->optim_meta->get("loss_scaler") != nullptr, ix->optimizer != ds::OptimizerClass::BF16_Optimizer);
+}
+
+// fragments(p, k, from, count) is the full list filtered to the pieces that hold some of the range.
+TEST_P(Fixture, RangedFragmentsAreTheOverlappingOnes) {
+  auto ix = ds::index_tag(dir() + "/checkpoint/global_step3");
+  auto key = [](const std::vector<ds::Fragment>& v) {
+    std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>> out;
+    for (const auto& f : v) out.emplace_back(f.rank, f.start, f.numel, f.extent.file, f.extent.offset, f.extent.length);
+    return out;
+  };
+  for (const auto& p : ix->params) {
+    for (size_t k = 0; k < ix->state_names.size(); ++k) {
+      const auto all = ix->fragments(p, k);
+      const uint64_t n = p.numel;
+      for (auto [from, count] : std::vector<std::pair<uint64_t, uint64_t>>{{0, n},
+                                                                           {0, 1},
+                                                                           {n - 1, 1},
+                                                                           {n / 2, 1},
+                                                                           {n / 3, n / 3 + 1},
+                                                                           {n / 2, n - n / 2},
+                                                                           {0, n / 2 + 1},
+                                                                           {n, 0}}) {
+        SCOPED_TRACE(p.name + "/" + ix->state_names[k] + " [" + std::to_string(from) + ", +" + std::to_string(count) +
+                     ")");
+        std::vector<ds::Fragment> want;
+        for (const auto& f : all)
+          if (f.numel && f.start < from + count && f.start + f.numel > from) want.push_back(f);
+        EXPECT_EQ(key(ix->fragments(p, k, from, count)), key(want));
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Real, Fixture, ::testing::ValuesIn(kFixtureNames));

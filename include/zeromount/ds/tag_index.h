@@ -169,7 +169,12 @@ struct TagIndex {
   // Parallel: the merged universal tensor (cut to `shape`), when the merge only moves bytes;
   // an averaged parameter has none and throws (its bytes are computed: view/universal.h).
   std::vector<Fragment> fragments(const Param& p, size_t state) const;
+  // Only the pieces that hold some of elements [from, from + count), unclipped and in the same
+  // order: what elements() of a range needs, in O(pieces returned + log pieces) instead of one
+  // entry per rank (a ZeRO-3 source of W ranks has W pieces per parameter).
+  std::vector<Fragment> fragments(const Param& p, size_t state, uint64_t from, uint64_t count) const;
   uint64_t state_bytes() const;  // sum over params and states
+  std::vector<Fragment> zero3_fragments(const Param& p, size_t state, uint64_t from, uint64_t count) const;
   const Param* find(const std::string& name) const;
 };
 

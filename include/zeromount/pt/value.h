@@ -105,6 +105,28 @@ struct Node {
 };
 
 // Owns every node and tensor of one decoded pickle (or of one built tree).
+// Append-only storage with stable element addresses, in blocks of B elements: one allocation per
+// block. (std::deque allocates 512-byte chunks, i.e. one per 3 Nodes or 2 Tensors, and building a
+// rank file of a 70B target makes tens of thousands of them: bench/README.md, issue 14.)
+template <typename T, size_t B = 128>
+class BlockStore {
+ public:
+  T& emplace_back() {
+    if (n_ % B == 0) blocks_.push_back(std::make_unique<T[]>(B));
+    return blocks_.back()[n_++ % B];
+  }
+  T& emplace_back(T&& v) {
+    T& x = emplace_back();
+    x = std::move(v);
+    return x;
+  }
+  size_t size() const { return n_; }
+
+ private:
+  std::vector<std::unique_ptr<T[]>> blocks_;
+  size_t n_ = 0;
+};
+
 class Arena {
  public:
   Node* make(Kind k);
@@ -118,8 +140,8 @@ class Arena {
   const Node* copy(const Node* n, int depth = 0);
 
  private:
-  std::deque<Node> nodes_;
-  std::deque<Tensor> tensors_;
+  BlockStore<Node> nodes_;
+  BlockStore<Tensor> tensors_;
 };
 
 // Short human rendering for error messages and `zeromount dump`: depth- and size-limited.
