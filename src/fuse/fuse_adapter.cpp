@@ -177,7 +177,15 @@ void readdir_impl(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
       const std::string name(e->name);
       size_t len;
       if constexpr (Plus) {
-        fuse_entry_param p = entry(v, *e->node);
+        // The size first: attributes of an entry that does not fit would be computed for nothing.
+        if (fuse_add_direntry_plus(req, nullptr, 0, name.c_str(), nullptr, 0) > size - used) break;
+        fuse_entry_param p{};  // ino 0: no attributes; the kernel looks the entry up when asked
+        if (v.attr_ready(*e->node)) {
+          p = entry(v, *e->node);
+        } else {
+          p.attr.st_ino = e->node->ino;
+          p.attr.st_mode = S_IFREG;
+        }
         len = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &p, off_t(e->next));
       } else {
         struct stat st {};

@@ -351,8 +351,9 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
     uint64_t at = 0;
     for (const ds::FragmentAddress& f : pieces) {
       fill.zero((f.start - at) * es);
-      for (const auto& e : elements(tag_, ix.fragments(ix.params[f.param], state), f.param_start, f.numel, es))
-        fill.bytes(e);
+      // Only the source pieces that overlap this rank's range: a ZeRO-3 source has one per source rank.
+      const auto src = ix.fragments(ix.params[f.param], state, f.param_start, f.numel);
+      for (const auto& e : elements(tag_, src, f.param_start, f.numel, es)) fill.bytes(e);
       at = f.start + f.numel;
     }
     fill.zero((numel - at) * es);

@@ -90,6 +90,12 @@ class View final : public LiveSource {
   double attr_seconds(const Inode& n) const { return n.live ? 0 : cache_seconds(); }
   // ... and a growing folder's missing names, which a tag saved after the mount may fill.
   double negative_seconds(const Inode& parent) const { return parent.growing ? opts_.rescan_seconds : cache_seconds(); }
+  // Whether attr(n) costs nothing now: a folder, a link, a live text, or a file whose size is known
+  // or has a Sizer. A listing sends attributes only for those, so that `ls` of a folder of
+  // thousands of unbuilt files (a faked layout's rank files) builds none of them.
+  bool attr_ready(const Inode& n) const {
+    return n.dir || !n.link.empty() || n.live || n.sizer || n.size.load(std::memory_order_relaxed) != Inode::kUnknown;
+  }
   // Whether the kernel may keep a folder's listing.
   bool listing_cached(const Inode& dir) const { return !dir.growing; }
   // Whether reads of an open file bypass the page cache: live files change between opens.
