@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -64,7 +65,8 @@ import torch
 import deepspeed
 from deepspeed.runtime.engine import DeepSpeedEngine
 rec = {"pid": os.getpid(), "rank": int(os.environ.get("RANK", 0)), "t_start": T_START,
-       "t_imported": time.time(), "torch_load": {"calls": 0, "seconds": 0.0, "bytes": 0}}
+       "t_imported": time.time(), "cpu_imported": time.process_time(),
+       "torch_load": {"calls": 0, "seconds": 0.0, "bytes": 0}}
 OUT = os.environ["ZM_TIMES"] + ".rank%d.json" % rec["rank"]
 def _dump():
     with open(OUT + ".tmp", "w") as f:
@@ -103,6 +105,7 @@ _load_checkpoint = DeepSpeedEngine.load_checkpoint
 def _timed_load_checkpoint(self, *a, **k):
     rec["io_before"] = _io()
     rec["t_load_start"] = time.time()
+    rec["cpu_load_start"] = time.process_time()
     _in_load[0] = True
     try:
         r = _load_checkpoint(self, *a, **k)
@@ -115,6 +118,7 @@ def _timed_load_checkpoint(self, *a, **k):
     finally:
         _in_load[0] = False
         rec["t_load_end"] = time.time()
+        rec["cpu_load_end"] = time.process_time()
         rec["io_after"] = _io()
         _dump()
 DeepSpeedEngine.load_checkpoint = _timed_load_checkpoint
@@ -142,9 +146,11 @@ def chroot_path(host_path):
     raise SystemExit(f"{host_path} is not visible inside the oracle chroot (put --work under {ORACLE})")
 
 
-def run_env(cmd, log_path, extra_env="", timeout=1200):
-    """./run_in_env.sh CMD in its own process group; returns (rc, seconds, t_start, t_end)."""
+def run_env(cmd, log_path, extra_env="", timeout=1200, cpu=None):
+    """./run_in_env.sh CMD in its own process group; returns (rc, seconds, t_start, t_end).
+    cpu (a dict), if given, gets the CPU seconds of every process of the command ("cpu_s")."""
     env = dict(os.environ, ORACLE_EXTRA_ENV=extra_env)
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     with open(log_path, "w") as lf:
         lf.write(f"cd {ORACLE} && ORACLE_EXTRA_ENV='{extra_env}' ./run_in_env.sh {' '.join(cmd)}\n")
@@ -161,6 +167,9 @@ def run_env(cmd, log_path, extra_env="", timeout=1200):
             p.wait()
             raise
     t1 = time.time()
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu["cpu_s"] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     return rc, t1 - t0, t0, t1
 
 
@@ -336,6 +345,11 @@ def run_load(cfg, name, nproc, stage, load_dir, universal, t_path_start, mount=N
             "torch_load_s_per_rank": [r["torch_load"]["seconds"] for r in done],
             "torch_load_calls_per_rank": [r["torch_load"]["calls"] for r in done],
             "rank_rchar_during_load": [r["io_after"]["rchar"] - r["io_before"]["rchar"] for r in done],
+            # CPU seconds of all ranks from process start to the end of load_checkpoint (less sensitive to
+            # other users' load than wall time), and inside load_checkpoint
+            "cpu_to_load_end_s": sum(r["cpu_load_end"] for r in done),
+            "cpu_imports_s": sum(r["cpu_imported"] for r in done),
+            "cpu_load_checkpoint_s": sum(r["cpu_load_end"] - r["cpu_load_start"] for r in done),
         })
         passed, why = check_result(res, universal, stage)
     else:
@@ -380,10 +394,12 @@ def path_a_convert(cfg, rnd):
     cmd = ["python3", "/ds/deepspeed/checkpoint/ds_to_universal.py", "--input_folder",
            chroot_path(os.path.join(cfg.src, cfg.tag)), "--output_folder",
            chroot_path(os.path.join(out_root, cfg.tag + "_universal"))]
-    rc, secs, t0, t1 = run_env(cmd, os.path.join(cfg.run_dir, rnd, "dsu.log"))
+    cpu = {}
+    rc, secs, t0, t1 = run_env(cmd, os.path.join(cfg.run_dir, rnd, "dsu.log"), cpu=cpu)
     du = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(out_root) for f in fs)
-    log(f"  ds_to_universal.py: rc={rc} {secs:.1f}s, wrote {du / 2**20:.0f} MiB")
-    return {"rc": rc, "seconds": secs, "out_root": out_root, "bytes_written": du, "loadavg_before": la}
+    log(f"  ds_to_universal.py: rc={rc} {secs:.1f}s, CPU {cpu['cpu_s']:.1f}s, wrote {du / 2**20:.0f} MiB")
+    return {"rc": rc, "seconds": secs, "cpu_s": cpu["cpu_s"], "out_root": out_root, "bytes_written": du,
+            "loadavg_before": la}
 
 
 def path_a_load(cfg, rnd, conv, target):
@@ -394,6 +410,8 @@ def path_a_load(cfg, rnd, conv, target):
     t_fake_start = time.time() - conv["seconds"]
     rec = run_load(cfg, f"{rnd}/a_{target}", dp, stage, chroot_path(conv["out_root"]), True, t_fake_start)
     rec["convert_s"] = conv["seconds"]
+    if "cpu_to_load_end_s" in rec:
+        rec["cpu_to_load_end_s"] += conv["cpu_s"]  # end to end: the converter's CPU too
     return rec
 
 
@@ -474,10 +492,10 @@ def fmt_s(rec):
     return f"{rec['wall_s']:.1f}"
 
 
-def ratio(x, y):
+def ratio(x, y, key="wall_s"):
     try:
         if x.get("passed") and y.get("passed"):
-            return f"{x['wall_s'] / y['wall_s']:.2f}"
+            return f"{x[key] / y[key]:.2f}"
     except AttributeError:
         pass
     return "-"
@@ -499,20 +517,22 @@ def table(rnd):
     d = rnd["d"]
     lines = [
         "| target | (a) ds_to_universal + universal load | (b) mount + universal load | (c) mount + native layouts/T "
-        "| (d) native, own stage/DP (floor) | (c)/(d) | (a)/(b) | (a)/(c) | bytes from shards (b) | (c) |",
-        "|---|---|---|---|---|---|---|---|---|---|"]
+        "| (d) native, own stage/DP (floor) | (c)/(d) | (a)/(b) | (a)/(c) | CPU (c)/(d) | CPU (a)/(c) "
+        "| bytes from shards (b) | (c) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t, r in rnd["targets"].items():
         a, b, c = r["a"], r["b"], r["c"]
         lines.append(f"| {t} | {fmt_s(a)} | {fmt_s(b)} | {fmt_s(c)} | {fmt_s(d)} | {ratio(c, d)} | {ratio(a, b)} | "
-                     f"{ratio(a, c)} | {shard_bytes(b)} | {shard_bytes(c)} |")
+                     f"{ratio(a, c)} | {ratio(c, d, 'cpu_to_load_end_s')} | {ratio(a, c, 'cpu_to_load_end_s')} | "
+                     f"{shard_bytes(b)} | {shard_bytes(c)} |")
     return "\n".join(lines)
 
 
 def breakdown(rnd):
     lines = ["| path | before launch (mount / convert) | launch -> python | imports | init (model, ds.initialize) "
              "| load_checkpoint (last rank) | torch.load in it (max rank) | bytes read per rank in load | "
-             "wall | exit | load avg |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "wall | exit | CPU to load end, all ranks (imports; load_checkpoint) | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     recs = [("(d) floor", rnd["d"])]
     for t, r in rnd["targets"].items():
         for k in ("a", "b", "c"):
@@ -523,6 +543,7 @@ def breakdown(rnd):
         lines.append(f"| {n} | {x['before_launch_s']:.1f} | {x['to_python_start_s']:.1f} | {x['imports_s']:.1f} | "
                      f"{x['init_s']:.1f} | {x['load_checkpoint_s']:.1f} | {max(x['torch_load_s_per_rank']):.1f} | "
                      f"{mib(min(rr))}-{mib(max(rr))} MiB | {x['wall_s']:.1f} | {x['exit_s']:.1f} | "
+                     f"{x['cpu_to_load_end_s']:.1f} ({x['cpu_imports_s']:.1f}; {x['cpu_load_checkpoint_s']:.1f}) | "
                      f"{x['loadavg_before'][0]:.2f} |")
     return "\n".join(lines)
 
@@ -544,13 +565,17 @@ def main():
                     "with no name: none; --full-warmup: every target)")
     ap.add_argument("--full-warmup", action="store_true", help="warm-up round over every target (doubles the time)")
     ap.add_argument("--repeat", type=int, default=1, help="measured warm rounds after the warm-up (default 1)")
-    ap.add_argument("--cold", action="store_true", help="then one cold round (drop_caches before each path)")
+    ap.add_argument("--cold", action="store_true", help="then one cold round (drop_caches before each path; about "
+                    "+4 min, and it empties the page cache of everyone on the machine)")
     ap.add_argument("--cold-targets", nargs="+", default=["zero3-dp2-fp32", "zero2-dp2-fp32"])
     ap.add_argument("--cannot-check", nargs="+", default=["zero1-dp2-fp32", "zero2-dp2-fp32"],
                     help="targets outside the source's stage family for which (a) is actually run "
                     "(in the first round only) to show DeepSpeed refusing; the others are reported from that")
     ap.add_argument("--out", default=None, help="JSON of everything (default WORK/resume-<time>.json)")
+    ap.add_argument("--report", metavar="JSON", help="only print the tables of an earlier run's JSON")
     cfg = ap.parse_args()
+    if cfg.report:
+        return print_report(json.load(open(cfg.report)))
     if os.geteuid() != 0:
         raise SystemExit("run as root (chroot, FUSE mounts, drop_caches)")
     if cfg.quick:
@@ -593,7 +618,7 @@ def main():
     log(f"source {cfg.src}/{cfg.tag}: ZeRO-{cfg.src_stage} DP {cfg.src_dp}, {src_bytes / 2**20:.0f} MiB; "
         f"run dir {cfg.run_dir}")
 
-    out_json = cfg.out or os.path.join(cfg.work, f"resume-{os.path.basename(cfg.run_dir)}.json")
+    out_json = report["json"] = cfg.out or os.path.join(cfg.work, f"resume-{os.path.basename(cfg.run_dir)}.json")
     try:
         if cfg.warmup_targets:
             report["rounds"]["warmup"] = run_round(cfg, "warmup", cfg.warmup_targets, False, [])
@@ -610,15 +635,20 @@ def main():
         report["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         with open(out_json, "w") as f:
             json.dump(report, f, indent=1, default=str)
+    return print_report(report)
+
+
+def print_report(report):
     print()
     print(f"uptime at start: {report['uptime_start']}")
     print(f"uptime at end:   {report['uptime_end']}")
-    print(f"total {report['total_s']:.0f} s; JSON: {out_json}")
-    first = report["rounds"]["warm" if cfg.repeat == 1 else "warm1"]
+    print(f"total {report['total_s']:.0f} s; JSON: {report.get('json')}")
+    first = report["rounds"].get("warm") or report["rounds"]["warm1"]
     for rn, rnd in report["rounds"].items():
         print(f"\n### {rn}: seconds from the first step to the last rank's load_checkpoint return "
               f"(load avg {rnd['loadavg_start'][0]:.2f} -> {rnd['loadavg_end'][0]:.2f})\n")
-        print(f"ds_to_universal.py: {rnd['a_convert']['seconds']:.1f} s (rc {rnd['a_convert']['rc']}), "
+        print(f"ds_to_universal.py: {rnd['a_convert']['seconds']:.1f} s, CPU {rnd['a_convert']['cpu_s']:.1f} s "
+              f"(rc {rnd['a_convert']['rc']}), "
               f"wrote {mib(rnd['a_convert']['bytes_written'])} MiB\n")
         print(table(rnd))
         print()
