@@ -1,7 +1,10 @@
 #!/usr/bin/python3
-"""Cold first reads (issue 14): the universal view's zero/ files read once after
+"""First reads of the universal view (issue 14). Cold: its zero/ files read once after
 `echo 3 > /proc/sys/vm/drop_caches`, against a cold `cat` of the shards and a cold read through
-the minimal FUSE filesystem (bench/benchfs.cpp) of a file holding the same bytes. Root only.
+the minimal FUSE filesystem (bench/benchfs.cpp) of one file holding the same bytes. Warm shards,
+fresh mount: against benchfs serving one file of the same bytes, and as many files as zero/ has
+(`--files=K`, each of the mean size), which pays the same per-file cost (lookup, open, the
+kernel's read-ahead window starting small in each file). Root only.
 
     sudo /usr/bin/python3 bench/cold.py --work /tmp/zm-cold [--zeromount OTHER_BINARY] [--runs 3]
 
@@ -36,6 +39,34 @@ def zm_cold(binary, ckpt, work):
         drop_caches()
         n, s = common.cat(files)
     return n, s, len(files)
+
+
+def benchfs_files(exe, backing, work, k):
+    """benchfs --files=K (every data file is the backing file): K files read once, as cat does."""
+    m = common.tempfile.mkdtemp(dir=work, prefix="bfs-")
+    p = common.subprocess.Popen([exe, m, f"--backing={backing}", "-f", "--mode=copy", f"--files={k}"],
+                                stdout=common.subprocess.DEVNULL, stderr=common.subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            if common.mounted(m):
+                break
+            time.sleep(0.02)
+        os.stat(m)
+        dev = [l.split()[2] for l in open("/proc/self/mountinfo") if l.split()[4] == m][0]
+        with open(f"/sys/class/bdi/{dev}/read_ahead_kb", "w") as f:
+            f.write("1024")  # what zeromount sets for its own mounts
+        return common.cat([os.path.join(m, f"data{i}") for i in range(k)])
+    finally:
+        common.unmount(m)
+        p.wait(timeout=10)
+        os.rmdir(m)
+
+
+def zm_warm(binary, ckpt, work):
+    common.ZM = binary
+    common.warm(ckpt)
+    with common.Mount(ckpt, work) as mt:
+        return common.cat(universal_files(mt.m))
 
 
 def main():
@@ -79,7 +110,31 @@ def main():
             note = "" if reader.startswith("cat") else f"{med / floor:.2f}x the cold cat; {med / fuse:.2f}x benchfs"
             if reader.startswith("zeromount"):
                 note += f"; {files} files of zero/"
-            print(f"| {label} | {reader} | {med:.0f} | {', '.join(f'{x:.0f}' for x in r)} | {note} |")
+            print(f"| {label}, cold | {reader} | {med:.0f} | {', '.join(f'{x:.0f}' for x in r)} | {note} |")
+        # Warm shards, fresh mounts: the FUSE ceiling at the same file count.
+        per_file = os.path.join(a.work, f"backing-z{stage}-per-file")
+        with common.Mount(ck, a.work) as mt:
+            zfiles = universal_files(mt.m)
+            total = sum(os.path.getsize(f) for f in zfiles)
+        with open(per_file, "wb") as out, open(backing, "rb") as src:
+            out.write(src.read(total // len(zfiles)))
+        warm = {"benchfs, one file": [], f"benchfs, {len(zfiles)} files of the mean size": []}
+        for b in binaries:
+            warm[f"zeromount {b}"] = []
+        for _ in range(a.runs):
+            common.warm(ck)
+            warm["benchfs, one file"].append(common.mbps(*common.benchfs_read(
+                exe, backing, a.work, keep_cache=False, read_ahead_kb=1024)[0]))
+            warm[f"benchfs, {len(zfiles)} files of the mean size"].append(
+                common.mbps(*benchfs_files(exe, per_file, a.work, len(zfiles))))
+            for b in binaries:
+                warm[f"zeromount {b}"].append(common.mbps(*zm_warm(b, ck, a.work)))
+        one = statistics.median(warm["benchfs, one file"])
+        many = statistics.median(warm[f"benchfs, {len(zfiles)} files of the mean size"])
+        for reader, r in warm.items():
+            med = statistics.median(r)
+            print(f"| {label}, warm shards | {reader} | {med:.0f} | {', '.join(f'{x:.0f}' for x in r)} | "
+                  f"{med / one:.2f}x benchfs one file; {med / many:.2f}x benchfs {len(zfiles)} files |")
     print(f"\nload after: {open('/proc/loadavg').read().split()[:3]}")
 
 

@@ -1,6 +1,5 @@
 #include "zeromount/view/file_table.h"
 
-#include <fcntl.h>
 #include <time.h>
 
 #include <cstring>
@@ -121,17 +120,6 @@ void FileTable::pread(uint32_t file, uint64_t offset, void* buf, size_t n) const
   f->read_exact(offset, buf, n, "source range");
   check(e, *f);  // a change during the read must not reach the reader as mixed bytes
   bytes_read_.fetch_add(n, std::memory_order_relaxed);
-  if (n >= (128u << 10)) read_ahead(e, *f, offset, offset + n);
-}
-
-void FileTable::read_ahead(const Entry& e, const pt::File& f, uint64_t offset, uint64_t end) const {
-  uint64_t window = e.ahead_to.load(std::memory_order_relaxed);
-  const bool streaming = offset <= window && window <= end + kReadAhead;  // inside the last window
-  if (streaming && window >= end + kReadAhead / 2) return;                // still far enough ahead
-  const uint64_t from = streaming ? std::max(window, end) : end;
-  const uint64_t to = std::min<uint64_t>(end + kReadAhead, uint64_t(e.st.st_size));
-  if (to <= from || !e.ahead_to.compare_exchange_strong(window, to)) return;  // another reader moved it
-  ::posix_fadvise(f.fd(), off_t(from), off_t(to - from), POSIX_FADV_WILLNEED);
 }
 
 }  // namespace zm::view

@@ -24,9 +24,6 @@ namespace zm::view {
 class FileTable : public pt::ExtentReader {
  public:
   static constexpr size_t kMaxOpen = 256;
-  // How far ahead of a stream of reads the source is asked to read (a cold disk then works while
-  // the kernel copies the last request to the reader).
-  static constexpr uint64_t kReadAhead = 8u << 20;
 
   // Registers a file (once per path) and returns its id. Only stats it: nothing is opened.
   uint32_t add(const std::string& path);
@@ -49,9 +46,7 @@ class FileTable : public pt::ExtentReader {
     mutable std::shared_ptr<const pt::File> open;  // guarded by mu_
     mutable std::list<uint32_t>::iterator lru;     // position in open_lru_ while open
     mutable std::atomic<int64_t> path_checked_ns{0};
-    mutable std::atomic<uint64_t> ahead_to{0};  // where the source's read-ahead window ends
   };
-  void read_ahead(const Entry& e, const pt::File& f, uint64_t offset, uint64_t end) const;
   const Entry& entry(uint32_t id) const;
   std::shared_ptr<const pt::File> descriptor(uint32_t id) const;
   void check(const Entry& e, const pt::File& f) const;
