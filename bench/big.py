@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from run import mounted, server_pid, unmount  # bench/run.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ZM = os.path.join(os.environ.get("ZM_BUILD_DIR", os.path.join(ROOT, "build")), "zeromount")
@@ -30,28 +32,6 @@ READ_PARAM = "model.layers.0.self_attn.q_proj.weight"  # 8192x8192: 256 MiB of f
 
 def load():
     return " ".join(open("/proc/loadavg").read().split()[:3])
-
-
-def mounted(m):
-    return any(line.split()[1] == m for line in open("/proc/self/mounts"))
-
-
-def unmount(m):
-    subprocess.run(["fusermount3", "-u", m], capture_output=True)
-    if mounted(m):
-        subprocess.run(["fusermount3", "-u", "-z", m], capture_output=True)
-
-
-def server_pid(m):
-    """The newest zm-serve process serving m."""
-    for pid in sorted(filter(str.isdigit, os.listdir("/proc")), key=int, reverse=True):
-        try:
-            if (open(f"/proc/{pid}/comm").read().strip() == "zm-serve"
-                    and m.encode() in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")):
-                return int(pid)
-        except OSError:
-            pass
-    return None
 
 
 def mem_mib(pid, log=None):

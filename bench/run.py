@@ -50,9 +50,11 @@ def unmount(m):
 
 
 def server_pid(m):
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    """The newest zm-serve process serving m (an older one may still be exiting)."""
+    for pid in sorted(filter(str.isdigit, os.listdir("/proc")), key=int, reverse=True):
         try:
-            if open(f"/proc/{pid}/comm").read().strip() == "zm-serve" and m.encode() in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0"):
+            if (open(f"/proc/{pid}/comm").read().strip() == "zm-serve"
+                    and m.encode() in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")):
                 return int(pid)
         except OSError:
             pass
