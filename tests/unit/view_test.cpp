@@ -126,7 +126,9 @@ TEST_P(ViewOf, RandomChunksEqualWholeReads) {
     const auto c = v->open(*f, O_RDONLY);  // one open: a live file (stats) is one snapshot per open
     std::string whole(c.size(), '\0');
     ASSERT_EQ(c.read(0, whole.data(), whole.size()), whole.size());
-    if (!f->live) EXPECT_EQ(whole, content_of(*v, *f)) << v->describe(*f);
+    if (!f->live) {
+      EXPECT_EQ(whole, content_of(*v, *f)) << v->describe(*f);
+    }
     for (int k = 0; k < 20; ++k) {
       const uint64_t off = rng() % (whole.size() + 1), len = 1 + rng() % 3000;
       std::string part(len, '\0');
