@@ -6,7 +6,17 @@ DP size has its state back, four ways, on one checkpoint, in one run.
   (b) zeromount SRC MNT, then a universal load through the mount (--load-dir MNT, which holds
       latest_universal and <tag>_universal);
   (c) zeromount SRC MNT, then a native load of MNT/layouts/<target>;
-  (d) a native load of the unchanged checkpoint at its own stage and DP size (the floor).
+  (d) a native load of the unchanged checkpoint at its own stage and DP size (the floor);
+  (e) with --native-floor: a native load of a checkpoint REALLY saved by DeepSpeed at the target
+      layout (a real folder, no mount): what resuming at that layout costs when nothing is faked.
+      It is made once per target, not timed, by the oracle's harness/resave.py, which validates it
+      by a native load and zero_to_fp32.py: for a target in the source's stage family with
+      --via universal-load (ds_to_universal.py, a universal load at the target, the patches for
+      what DeepSpeed's universal load does not restore, save_checkpoint); otherwise, or if that
+      fails, --via set-state (fresh engine at the target, the source run's live state written in
+      with DeepSpeed's own safe_set_full_* API, save_checkpoint).  (set-state stops at its own
+      check for ZeRO-3 targets of the default source: fc2.weight lp_vs_ref_fp32.)  Cached in WORK/native/<target>/ (WORK/native/<source name>/<target>/ for a non-default
+      source).  (c)/(e) is the mount's real cost at that layout.
 
 Loads are real DeepSpeed (the oracle in /tmp/oracle, see its README.md): harness/launch.py starts
 the ranks of harness/oracle_load.py inside the oracle chroot, through a small wrapper that this
@@ -16,7 +26,7 @@ the time spent in torch.load and the rank's /proc/self/io rchar).  Nothing in De
 harness is changed.
 
 Wall time of a path = from the start of its first step (mount, or ds_to_universal.py, or the
-launcher for (d)) to the moment the LAST rank's engine.load_checkpoint returned (host and chroot
+launcher for (d) and (e)) to the moment the LAST rank's engine.load_checkpoint returned (host and chroot
 share one clock).  The harness's own comparison with the live state and its extra training step
 run after that and are not counted; the process exit time is in the JSON ("exit_s").
 
@@ -386,6 +396,85 @@ def path_d(cfg, rnd):
     return run_load(cfg, f"{rnd}/d_floor", cfg.src_dp, cfg.src_stage, chroot_path(cfg.src), False, t0)
 
 
+def native_ok(rec, name):
+    """A resave.py record usable as (e)'s source: made from this source, validated by a native load."""
+    try:
+        return (rec["status"] == "made" and rec["source"]["fixture"] == name
+                and rec["validation"]["native_load"]["status"] == "ok")
+    except (KeyError, TypeError):
+        return False
+
+
+def make_native(cfg, target):
+    """A real native checkpoint at `target`, saved by DeepSpeed (resave.py --via universal-load within the
+    source's stage family, else or on failure --via set-state), made once and cached in
+    cfg.native_root/<target>/ (+ <target>.json, resave.py's record). Not timed."""
+    root = cfg.native_root
+    out, rec_path = os.path.join(root, target), os.path.join(root, target + ".json")
+    info = {"dir": out, "record": rec_path}
+    if os.path.exists(rec_path) and os.path.exists(os.path.join(out, "latest")):
+        rec = json.load(open(rec_path))
+        if native_ok(rec, cfg.name):
+            info.update(cached=True, ok=True, made_s=rec.get("seconds"), method=rec.get("method", "universal-load"))
+            log(f"  native {target}: cached in {out}")
+    if "ok" not in info:
+        # resave.py wants a fixture folder (checkpoint/, meta/); relative links, so they resolve inside the chroot too
+        fx = os.path.join(root, "fixture", cfg.name)
+        os.makedirs(fx, exist_ok=True)
+        for sub, real in (("checkpoint", cfg.src), ("meta", cfg.meta)):
+            link = os.path.join(fx, sub)
+            if os.path.islink(link):
+                os.remove(link)
+            os.symlink(os.path.relpath(real, fx), link)
+        stage, _ = target_params(target)
+        methods = (["universal-load", "set-state"] if same_family(cfg.src_stage, stage) else ["set-state"])
+        tried = []
+        for via in methods:
+            if via == "universal-load" and not os.path.exists(os.path.join(fx, "ds_to_universal", "latest_universal")):
+                uni = os.path.join(fx, "ds_to_universal")
+                shutil.rmtree(uni, ignore_errors=True)
+                os.makedirs(uni)
+                rc, secs, _, _ = run_env(["python3", "/ds/deepspeed/checkpoint/ds_to_universal.py", "--input_folder",
+                                          chroot_path(os.path.join(cfg.src, cfg.tag)), "--output_folder",
+                                          chroot_path(os.path.join(uni, cfg.tag + "_universal"))],
+                                         os.path.join(root, f"dsu_{cfg.name}.log"))
+                log(f"  native: ds_to_universal.py for resave.py's universal load: rc={rc} {secs:.1f}s")
+            log(f"  native {target}: making it (resave.py --via {via}, then its validation), not timed")
+            cmd = ["python3", "harness/resave.py", "--via", via, "--fixture", chroot_path(fx), "--target", target,
+                   "--out-root", chroot_path(root), "--work", chroot_path(os.path.join(root, "work", cfg.name))]
+            rc, secs, _, _ = run_env(cmd, os.path.join(root, f"make_{cfg.name}_{target}_{via}.log"),
+                                     f"ORACLE_SIZES={cfg.sizes}", timeout=1800)
+            rec = json.load(open(rec_path)) if os.path.exists(rec_path) else None
+            info.update(cached=False, ok=rc == 0 and native_ok(rec, cfg.name), made_s=secs, rc=rc, method=via)
+            if not info["ok"]:
+                info["error"] = (rec or {}).get("error") or \
+                    ((rec or {}).get("validation") or {}).get("native_load", {}).get("error") or f"rc {rc}, see the log"
+                tried.append(f"{via}: {info['error'][:300]}")
+            log(f"  native {target}: {via} rc={rc} ok={info['ok']} {secs:.1f}s"
+                f"{'' if info['ok'] else ' ' + info['error'][:200]}")
+            if info["ok"]:
+                break
+        if tried:
+            info["failed_attempts"] = tried
+    if info["ok"]:
+        z = rec["validation"].get("zero_to_fp32", {})
+        info["zero_to_fp32_equal_to_live_state"] = z.get("equal_to_live_state")
+        tag = open(os.path.join(out, "latest")).read().strip()
+        info["files"] = {f: os.path.getsize(os.path.join(out, tag, f)) for f in sorted(os.listdir(os.path.join(out, tag)))}
+        info["bytes"] = sum(info["files"].values())
+    return info
+
+
+def path_e(cfg, rnd, target):
+    info = cfg.native.get(target)
+    if not info or not info["ok"]:
+        return {"passed": False, "check": f"no real native checkpoint at {target}: "
+                f"{(info or {}).get('error', 'not made')}"}
+    stage, dp = target_params(target)
+    t0 = time.time()
+    return run_load(cfg, f"{rnd}/e_{target}", dp, stage, chroot_path(info["dir"]), False, t0)
+
+
 def path_a_convert(cfg, rnd):
     out_root = os.path.join(cfg.run_dir, rnd, "dsu")
     shutil.rmtree(out_root, ignore_errors=True)
@@ -474,6 +563,10 @@ def run_round(cfg, rnd, targets, cold, cannot_check):
             if cold:
                 drop_caches()
             r[kind] = path_mount(cfg, rnd, t, kind)
+        if cfg.native_floor:
+            if cold:
+                drop_caches()
+            r["e"] = path_e(cfg, rnd, t)
         out["targets"][t] = r
     shutil.rmtree(conv["out_root"], ignore_errors=True)
     out["loadavg_end"] = loadavg()
@@ -513,18 +606,29 @@ def shard_bytes(rec):
     return f"{mib(s['bytes_from_shards'])} MiB, {s['requests']} req ({per})"
 
 
+def has_e(rnd):
+    return any("e" in r for r in rnd["targets"].values())
+
+
 def table(rnd):
     d = rnd["d"]
-    lines = [
-        "| target | (a) ds_to_universal + universal load | (b) mount + universal load | (c) mount + native layouts/T "
-        "| (d) native, own stage/DP (floor) | (c)/(d) | (a)/(b) | (a)/(c) | CPU (c)/(d) | CPU (a)/(c) "
-        "| bytes from shards (b) | (c) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    e_on = has_e(rnd)
+    head = ("| target | (a) ds_to_universal + universal load | (b) mount + universal load | (c) mount + native layouts/T "
+            "| (d) native, own stage/DP (floor) | ")
+    if e_on:
+        head += "(e) native, real checkpoint at T | (c)/(e) | CPU (c)/(e) | load_checkpoint (c)/(e) | "
+    head += "(c)/(d) | (a)/(b) | (a)/(c) | CPU (c)/(d) | CPU (a)/(c) | bytes from shards (b) | (c) |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for t, r in rnd["targets"].items():
         a, b, c = r["a"], r["b"], r["c"]
-        lines.append(f"| {t} | {fmt_s(a)} | {fmt_s(b)} | {fmt_s(c)} | {fmt_s(d)} | {ratio(c, d)} | {ratio(a, b)} | "
-                     f"{ratio(a, c)} | {ratio(c, d, 'cpu_to_load_end_s')} | {ratio(a, c, 'cpu_to_load_end_s')} | "
-                     f"{shard_bytes(b)} | {shard_bytes(c)} |")
+        row = f"| {t} | {fmt_s(a)} | {fmt_s(b)} | {fmt_s(c)} | {fmt_s(d)} | "
+        if e_on:
+            e = r.get("e") or {}
+            row += (f"{fmt_s(e) if e else '-'} | {ratio(c, e)} | {ratio(c, e, 'cpu_to_load_end_s')} | "
+                    f"{ratio(c, e, 'load_checkpoint_s')} | ")
+        row += (f"{ratio(c, d)} | {ratio(a, b)} | {ratio(a, c)} | {ratio(c, d, 'cpu_to_load_end_s')} | "
+                f"{ratio(a, c, 'cpu_to_load_end_s')} | {shard_bytes(b)} | {shard_bytes(c)} |")
+        lines.append(row)
     return "\n".join(lines)
 
 
@@ -546,15 +650,27 @@ def checkpoint_work(rnd):
     def q(x, y):
         return "-" if x is None or y is None else f"{x / y:.1f}"
 
-    lines = ["| target | (a) convert + load_checkpoint | (b) mount + load_checkpoint | (c) mount + load_checkpoint "
-             "| (d) load_checkpoint | (c)/(d) | (a)/(b) | (a)/(c) |", "|---|---|---|---|---|---|---|---|"]
+    def cpu_lc(rec):
+        return rec["cpu_load_checkpoint_s"] if rec and rec.get("passed") and "cpu_load_checkpoint_s" in rec else None
+
+    e_on = has_e(rnd)
+    head = ("| target | (a) convert + load_checkpoint | (b) mount + load_checkpoint | (c) mount + load_checkpoint "
+            "| (d) load_checkpoint | ")
+    if e_on:
+        head += "(e) load_checkpoint, real checkpoint at T | (c)/(e) | CPU in load_checkpoint (c)/(e) | "
+    head += "(c)/(d) | (a)/(b) | (a)/(c) |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
     dw = work(d, 0.0)
     for t, r in rnd["targets"].items():
         a = work(r["a"], conv)
         b = work(r["b"], r["b"].get("before_launch_s", 0.0))
         c = work(r["c"], r["c"].get("before_launch_s", 0.0))
-        lines.append(f"| {t} | {'cannot load' if r['a'].get('cannot_load') else f(a)} | {f(b)} | {f(c)} | {f(dw)} | "
-                     f"{q(c, dw)} | {q(a, b)} | {q(a, c)} |")
+        row = f"| {t} | {'cannot load' if r['a'].get('cannot_load') else f(a)} | {f(b)} | {f(c)} | {f(dw)} | "
+        if e_on:
+            ew = work(r.get("e"), 0.0)
+            row += f"{f(ew)} | {q(c, ew)} | {q(cpu_lc(r['c']), cpu_lc(r.get('e')))} | "
+        row += f"{q(c, dw)} | {q(a, b)} | {q(a, c)} |"
+        lines.append(row)
     return "\n".join(lines)
 
 
@@ -565,8 +681,8 @@ def breakdown(rnd):
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     recs = [("(d) floor", rnd["d"])]
     for t, r in rnd["targets"].items():
-        for k in ("a", "b", "c"):
-            if "wall_s" in r[k]:
+        for k in ("a", "b", "c", "e"):
+            if "wall_s" in r.get(k, {}):
                 recs.append((f"({k}) {t}", r[k]))
     for n, x in recs:
         rr = x["rank_rchar_during_load"]
@@ -601,6 +717,9 @@ def main():
     ap.add_argument("--cannot-check", nargs="+", default=["zero1-dp2-fp32", "zero2-dp2-fp32"],
                     help="targets outside the source's stage family for which (a) is actually run "
                     "(in the first round only) to show DeepSpeed refusing; the others are reported from that")
+    ap.add_argument("--native-floor", action="store_true",
+                    help="(e) too: for each target, a native load of a checkpoint really saved by DeepSpeed at that "
+                    "layout (made once by resave.py --via set-state, cached in WORK/native/<target>/, not timed)")
     ap.add_argument("--out", default=None, help="JSON of everything (default WORK/resume-<time>.json)")
     ap.add_argument("--report", metavar="JSON", help="only print the tables of an earlier run's JSON")
     cfg = ap.parse_args()
@@ -608,6 +727,13 @@ def main():
         return print_report(json.load(open(cfg.report)))
     if os.geteuid() != 0:
         raise SystemExit("run as root (chroot, FUSE mounts, drop_caches)")
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    # SIGTERM, and SIGINT even when started in the background (where the shell ignores it), run the
+    # finally blocks: the ranks' process group is killed and the mount is unmounted
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
     if cfg.quick:
         cfg.targets, cfg.warmup_targets, cfg.repeat = ["zero2-dp2-fp32"], [], 1
     if cfg.full_warmup:
@@ -643,6 +769,15 @@ def main():
             raise SystemExit(f"training failed (rc {rc}), see {cfg.work}/train_{name}.log")
         report["train_s"] = secs
     cfg.tag = open(os.path.join(cfg.src, "latest")).read().strip()
+    cfg.name = name
+    default_name = f"z3_dp2_{ap.get_default('sizes').replace(',', 'x')}"
+    cfg.native_root = os.path.join(cfg.work, "native") if name == default_name else os.path.join(cfg.work, "native", name)
+    cfg.native = {}
+    if cfg.native_floor:
+        t_native = time.time()
+        for t in dict.fromkeys(list(cfg.targets) + list(cfg.warmup_targets)):
+            cfg.native[t] = make_native(cfg, t)
+        report["native_floor"] = {"root": cfg.native_root, "seconds": time.time() - t_native, "targets": cfg.native}
     src_bytes = sum(os.path.getsize(os.path.join(cfg.src, cfg.tag, f)) for f in os.listdir(os.path.join(cfg.src, cfg.tag)))
     report["source_bytes"] = src_bytes
     log(f"source {cfg.src}/{cfg.tag}: ZeRO-{cfg.src_stage} DP {cfg.src_dp}, {src_bytes / 2**20:.0f} MiB; "
@@ -674,6 +809,16 @@ def print_report(report):
     print(f"uptime at end:   {report['uptime_end']}")
     print(f"total {report['total_s']:.0f} s; JSON: {report.get('json')}")
     first = report["rounds"].get("warm") or report["rounds"]["warm1"]
+    nf = report.get("native_floor")
+    if nf:
+        print(f"\n(e) real native checkpoints (resave.py --via set-state, not timed; {nf['seconds']:.0f} s) in {nf['root']}:")
+        for t, i in nf["targets"].items():
+            if i["ok"]:
+                print(f"  {t}: via {i.get('method')}, {'cached' if i['cached'] else 'made in %.0f s' % i['made_s']}, "
+                      f"{mib(i['bytes'])} MiB, "
+                      f"zero_to_fp32 == live state: {i.get('zero_to_fp32_equal_to_live_state')}")
+            else:
+                print(f"  {t}: NOT MADE: {i.get('error', '')[:300]}")
     for rn, rnd in report["rounds"].items():
         print(f"\n### {rn}: seconds from the first step to the last rank's load_checkpoint return "
               f"(load avg {rnd['loadavg_start'][0]:.2f} -> {rnd['loadavg_end'][0]:.2f})\n")
@@ -691,7 +836,7 @@ def print_report(report):
             print(f"\n(a) {t}: {a['check'][:300]}")
     print("\n(a) 'cannot load*': not rerun, the same stage-family check as the targets shown above.")
     fails = [(rn, t, k, r[k]["check"]) for rn, rnd in report["rounds"].items() for t, r in rnd["targets"].items()
-             for k in ("b", "c") if not r[k].get("passed")]
+             for k in ("b", "c", "e") if k in r and not r[k].get("passed")]
     fails += [(rn, "-", "d", rnd["d"]["check"]) for rn, rnd in report["rounds"].items() if not rnd["d"].get("passed")]
     for f in fails:
         print("FAILED:", *f)
