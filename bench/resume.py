@@ -811,7 +811,7 @@ def print_report(report):
     first = report["rounds"].get("warm") or report["rounds"]["warm1"]
     nf = report.get("native_floor")
     if nf:
-        print(f"\n(e) real native checkpoints (resave.py --via set-state, not timed; {nf['seconds']:.0f} s) in {nf['root']}:")
+        print(f"\n(e) real native checkpoints (resave.py, not timed; {nf['seconds']:.0f} s) in {nf['root']}:")
         for t, i in nf["targets"].items():
             if i["ok"]:
                 print(f"  {t}: via {i.get('method')}, {'cached' if i['cached'] else 'made in %.0f s' % i['made_s']}, "
