@@ -1,16 +1,18 @@
 #include "zeromount/ds/checkpoint.h"
+
+#include <sys/stat.h>
 #include "builders.h"
 #include "parallel.h"
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/shard_set.h"
 #include "zeromount/ds/tp_param.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/file.h"
 
 namespace zm::ds {
 
@@ -25,13 +27,6 @@ bool holds_optim_states(const fs::path& dir) {
     if (n && n->kind == FileKind::OptimStates) return true;
   }
   return false;
-}
-
-std::string read_small(const fs::path& p) {
-  std::ifstream in(p);
-  std::string s((std::istreambuf_iterator<char>(in)), {});
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
-  return s.substr(0, 4096);
 }
 
 // One optimizer class stores 'step' one way; groups that differ mean a hand-edited file.
@@ -69,13 +64,31 @@ bool tag_order(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
+std::optional<std::string> read_latest(const std::string& root) {
+  const std::string path = root + "/latest";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kLatestMaxBytes) return std::nullopt;
+  try {
+    const pt::File f(path);
+    return f.read_string(0, size_t(f.size()), "latest");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::string latest_tag(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\n\r\v\f";  // Python's str.strip()
+  const size_t b = text.find_first_not_of(kSpace);
+  return b == std::string_view::npos ? "" : std::string(text.substr(b, text.find_last_not_of(kSpace) - b + 1));
+}
+
 CheckpointDir scan_checkpoint(const std::string& path) {
   CheckpointDir c;
   std::error_code ec;
   c.root = fs::canonical(path, ec).string();
   if (ec) throw Error(path + ": " + ec.message(), ENOENT);
   if (!fs::is_directory(c.root)) throw Error(path + ": not a directory", ENOTDIR);
-  if (fs::is_regular_file(fs::path(c.root) / "latest")) c.latest = read_small(fs::path(c.root) / "latest");
+  if (const auto text = read_latest(c.root)) c.latest = latest_tag(*text);
   c.root_is_tag = holds_optim_states(c.root);
   // A tag folder reached twice (a real one and an alias link to it) is one tag, under its real
   // name; a link to a folder elsewhere is a tag under the link's name.

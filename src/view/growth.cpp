@@ -16,27 +16,6 @@ namespace zm::view {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string trimmed(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \n\r\t"), e = s.find_last_not_of(" \n\r\t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-}  // namespace
-
-std::optional<std::string> read_latest(const std::string& root) {
-  const std::string path = root + "/latest";
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 4096) return std::nullopt;
-  try {
-    const pt::File f(path);
-    return f.read_string(0, size_t(f.size()), "latest");
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
 std::string fingerprint(const std::string& dir) {
   std::vector<std::string> items;
   std::error_code ec;
@@ -71,7 +50,7 @@ void View::show_new_tag(const std::string& td, const MountedTag& tag) const {
         mirror(td, d);
       }
     }
-    if (!tree.lookup(Tree::kRoot, "latest") && read_latest(root_)) {  // the first save into an empty folder
+    if (!tree.lookup(Tree::kRoot, "latest") && ds::read_latest(root_)) {  // the first save into an empty folder
       ProviderContext cx(tree, files_, opts_, *this, true);
       cx.add_live_text(
           Tree::kRoot, "latest", [this] { return latest_text(); }, tree.get(Tree::kRoot)->mtime);
@@ -126,9 +105,9 @@ bool View::refresh() const {
 }
 
 std::optional<std::string> View::follow_latest() const {
-  const std::optional<std::string> now = read_latest(root_);
+  const std::optional<std::string> now = ds::read_latest(root_);
   if (!now) return std::nullopt;
-  const std::string tag = trimmed(*now);
+  const std::string tag = ds::latest_tag(*now);
   std::lock_guard<std::mutex> lock(growth_->mu);
   if (growth_->served.count(tag)) {
     growth_->latest_text = *now;

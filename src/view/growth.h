@@ -33,8 +33,6 @@ struct View::Growth {
   std::map<int, std::unique_ptr<ReaderCount>> readers;  // by opening process
 };
 
-// SRC's `latest` as DeepSpeed wrote it, or nothing (absent, not a small regular file, unreadable).
-std::optional<std::string> read_latest(const std::string& root);
 // What a save in progress changes in a tag folder: its names, sizes and times.
 std::string fingerprint(const std::string& dir);
 

@@ -54,7 +54,7 @@ void View::mirror(const std::string& real_dir, uint64_t dir) const {
         const uint64_t d = tree.add_dir(dir, name, st.st_mtim);
         tree.set_access(d, access_of(st));
         mirror(e.path().string(), d);
-      } else if (S_ISREG(st.st_mode) && dir == Tree::kRoot && name == "latest" && st.st_size <= 4096) {
+      } else if (S_ISREG(st.st_mode) && dir == Tree::kRoot && name == "latest" && st.st_size <= ds::kLatestMaxBytes) {
         // DeepSpeed rewrites `latest` in place after every save: a live file, so that a rewrite
         // (or a touch) never makes it ESTALE, and it always names a tag the view serves.
         const uint64_t ino = cx.add_live_text(
@@ -117,7 +117,7 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   if (dir.root_is_tag) v->root_tag_ = fs::path(dir.root).filename().string();
   Growth& g = *v->growth_;
   g.latest_tag = dir.root_is_tag ? std::optional(v->root_tag_) : dir.latest;
-  g.latest_text = dir.root_is_tag ? v->root_tag_ : read_latest(dir.root).value_or("");
+  g.latest_text = dir.root_is_tag ? v->root_tag_ : ds::read_latest(dir.root).value_or("");
 
   std::vector<std::string> tag_dirs;
   if (dir.root_is_tag) tag_dirs.push_back(dir.root);

@@ -9,6 +9,7 @@
 
 #include "helpers.h"
 #include "view_helpers.h"
+#include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/shard_names.h"
 
 namespace zm {
@@ -122,6 +123,18 @@ TEST(LiveFolder, TagRefusedAtMountIsServedWhenItsMissingRankArrives) {
   EXPECT_EQ(at(*v, std::string("/") + kTag).ino, real) << "the real folder keeps its inode";
   EXPECT_EQ(content_of(*v, at(*v, std::string("/") + kTag + "/" + rank_file(1))), test::read_file(missing));
   EXPECT_TRUE(v->listing_cached(at(*v, std::string("/") + kTag)));
+}
+
+// DeepSpeed reads `latest` with fd.read().strip(): the mount and `inspect` name the same tag.
+TEST(LiveFolder, LatestNamesTheTagDeepSpeedWouldRead) {
+  EXPECT_EQ(ds::latest_tag("global_step5"), "global_step5");
+  EXPECT_EQ(ds::latest_tag(" \tglobal_step5\r\n"), "global_step5");
+  EXPECT_EQ(ds::latest_tag("\n"), "");
+  LiveFolder f;
+  test::write_file(f.src + "/latest", std::string(ds::kLatestMaxBytes + 1, 'x'));
+  EXPECT_EQ(ds::read_latest(f.src), std::nullopt) << "not DeepSpeed's: larger than any tag name";
+  test::write_file(f.src + "/latest", std::string(kTag) + "\n");
+  EXPECT_EQ(ds::scan_checkpoint(f.src).latest, kTag);
 }
 
 TEST(LiveFolder, RescanZeroServesTheMountTimeTags) {

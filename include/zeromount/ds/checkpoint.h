@@ -1,8 +1,10 @@
 #pragma once
 // Finding tags in a checkpoint folder and indexing them.
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "zeromount/ds/tag_index.h"
@@ -17,6 +19,12 @@ struct CheckpointDir {
 };
 
 CheckpointDir scan_checkpoint(const std::string& path);
+// SRC's `latest` byte for byte (DeepSpeed writes the tag without a newline), or nothing when it is
+// absent, not a regular file, over kLatestMaxBytes or unreadable. DeepSpeed rewrites it after every save.
+inline constexpr int64_t kLatestMaxBytes = 4096;
+std::optional<std::string> read_latest(const std::string& root);
+// The tag a `latest` text names, read as DeepSpeed reads it (`fd.read().strip()`).
+std::string latest_tag(std::string_view text);
 // Tag names in training order: embedded numbers compare as numbers (global_step20 < global_step100).
 bool tag_order(const std::string& a, const std::string& b);
 
