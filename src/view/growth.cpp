@@ -31,6 +31,20 @@ std::string fingerprint(const std::string& dir) {
   return fp;
 }
 
+void View::Growth::refuse(const std::string& tag, const std::string& reason, std::string folder_fingerprint) {
+  attempts[tag] = std::move(folder_fingerprint);  // attempts: load, then scan_mu
+  std::lock_guard<std::mutex> lock(mu);
+  std::erase_if(errors, [&](const TagError& e) { return e.tag == tag; });
+  errors.push_back({tag, reason});
+}
+
+void View::Growth::serve(const std::string& tag) {
+  attempts.erase(tag);
+  std::lock_guard<std::mutex> lock(mu);
+  served.insert(tag);
+  std::erase_if(errors, [&](const TagError& e) { return e.tag == tag; });
+}
+
 void View::show_new_tag(const std::string& td, const MountedTag& tag) const {
   tree_.append([&](Tree& tree) {
     const std::string& name = tag.index->tag;
@@ -50,13 +64,10 @@ void View::show_new_tag(const std::string& td, const MountedTag& tag) const {
         mirror(td, d);
       }
     }
-    if (!tree.lookup(Tree::kRoot, "latest") && ds::read_latest(root_)) {  // the first save into an empty folder
-      ProviderContext cx(tree, files_, opts_, *this, true);
-      cx.add_live_text(
-          Tree::kRoot, "latest", [this] { return latest_text(); }, tree.get(Tree::kRoot)->mtime);
-    }
-    follow_latest();
     ProviderContext cx(tree, files_, opts_, *this, false);
+    if (!tree.lookup(Tree::kRoot, "latest") && ds::read_latest(root_))  // the first save into an empty folder
+      add_latest(cx, tree.get(Tree::kRoot)->mtime);
+    follow_latest();
     for (const auto& p : providers()) p->add_tag(cx, tag);
   });
 }
@@ -85,7 +96,6 @@ bool View::refresh() const {
     try {
       const MountedTag& t = add_tag(td);
       show_new_tag(td, t);
-      g.attempts.erase(tag);
       {
         std::lock_guard<std::mutex> lock(g.mu);
         ++g.tags_after_mount;
@@ -95,10 +105,7 @@ bool View::refresh() const {
     } catch (const Error& e) {
       // Most often a save still in progress: tried again once the folder changes.
       spdlog::info("{}: not served yet: {}", tag, e.what());
-      std::lock_guard<std::mutex> lock(g.mu);
-      std::erase_if(g.errors, [&](const TagError& x) { return x.tag == tag; });
-      g.errors.push_back({tag, e.what()});
-      g.attempts[tag] = std::move(fp);
+      g.refuse(tag, e.what(), std::move(fp));
     }
   }
   return added;
@@ -147,8 +154,8 @@ std::string View::stats_text() const {
                   "\nbytes_from_shards " + std::to_string(files_.bytes_read()) + "\nrequests " +
                   std::to_string(requests) + "\n";
   for (const auto& [pid, c] : g.readers)
-    if (c->bytes.load(std::memory_order_relaxed) > 0)
-      s += "pid " + std::to_string(pid) + " bytes " + std::to_string(c->bytes.load(std::memory_order_relaxed)) + "\n";
+    if (const uint64_t bytes = c->bytes.load(std::memory_order_relaxed))
+      s += "pid " + std::to_string(pid) + " bytes " + std::to_string(bytes) + "\n";
   return s;
 }
 

@@ -31,6 +31,12 @@ struct View::Growth {
   std::optional<std::string> latest_tag;
   size_t tags_after_mount = 0;
   std::map<int, std::unique_ptr<ReaderCount>> readers;  // by opening process
+
+  // Why `tag` is not served (an earlier reason for it replaced), and the folder listing that
+  // failed, so that it is tried again only once the folder changes.
+  void refuse(const std::string& tag, const std::string& reason, std::string folder_fingerprint);
+  // `tag` indexed: served, and off the error list.
+  void serve(const std::string& tag);
 };
 
 // What a save in progress changes in a tag folder: its names, sizes and times.

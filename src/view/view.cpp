@@ -57,9 +57,7 @@ void View::mirror(const std::string& real_dir, uint64_t dir) const {
       } else if (S_ISREG(st.st_mode) && dir == Tree::kRoot && name == "latest" && st.st_size <= ds::kLatestMaxBytes) {
         // DeepSpeed rewrites `latest` in place after every save: a live file, so that a rewrite
         // (or a touch) never makes it ESTALE, and it always names a tag the view serves.
-        const uint64_t ino = cx.add_live_text(
-            dir, name, [this] { return latest_text(); }, st.st_mtim);
-        tree.set_access(ino, access_of(st));
+        tree.set_access(add_latest(cx, st.st_mtim), access_of(st));
         real_bytes_ += uint64_t(st.st_size);
       } else if (S_ISREG(st.st_mode)) {
         cx.add_real_file(dir, name, e.path().string());
@@ -92,10 +90,13 @@ const MountedTag& View::add_tag(const std::string& td, bool* cache_hit) const {
   Growth& g = *growth_;
   g.indexes.push_back(std::move(ix));
   g.tags.push_back(std::move(mt));
-  std::lock_guard<std::mutex> lock(g.mu);
-  g.served.insert(tag.index->tag);
-  std::erase_if(g.errors, [&](const TagError& e) { return e.tag == tag.index->tag; });
+  g.serve(tag.index->tag);
   return tag;
+}
+
+uint64_t View::add_latest(ProviderContext& cx, struct timespec mtime) const {
+  return cx.add_live_text(
+      Tree::kRoot, "latest", [this] { return latest_text(); }, mtime);
 }
 
 bool View::served(const std::string& tag) const {
@@ -141,8 +142,7 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
     } catch (const Error& e) {
       if (named) throw;
       spdlog::error("{}: not served: {}", tag, e.what());
-      g.errors.push_back({tag, e.what()});
-      g.attempts[tag] = fingerprint(td);
+      g.refuse(tag, e.what(), fingerprint(td));
     }
   }
   v->stats_.refused_tags = g.errors.size();

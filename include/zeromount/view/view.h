@@ -136,6 +136,8 @@ class View final : public LiveSource {
   // Shows a tag indexed after the mount: its real folder, then every provider's folders.
   void show_new_tag(const std::string& tag_dir, const MountedTag& tag) const;
   bool served(const std::string& tag) const;
+  // The top-level `latest`: a live file showing latest_text().
+  uint64_t add_latest(ProviderContext& cx, struct timespec mtime) const;
   // Takes SRC's `latest` if it names a served tag; returns the tag it names, served or not.
   std::optional<std::string> follow_latest() const;
 
