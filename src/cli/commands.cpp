@@ -136,8 +136,10 @@ int mount(const MountOptions& o) {
   vo.tags = o.tags;
   vo.rescan_seconds = o.rescan_seconds;
   vo.crc = o.crc;
+  vo.max_shard_bytes = o.max_shard_bytes;
+  vo.mount_point = mountpoint;
   auto view = view::View::load(o.source, vo);
-  if (view->stats().tags == 0 && view->stats().refused_tags == 0)
+  if (view->stats().tags == 0 && view->stats().refused_tags == 0 && view->stats().folders == 0)
     spdlog::warn(
         "{}: no ZeRO checkpoint here (no tag folder with *_optim_states.pt files): mounting a plain "
         "read-only mirror",

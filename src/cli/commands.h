@@ -33,6 +33,7 @@ struct MountOptions {
   std::string layouts_dir = "layouts";                  // -o layouts_dir=NAME
   double rescan_seconds = 1.0;                          // -o rescan=S: new tags at most this often; 0: never
   bool crc = false;                                     // -o crc: real CRC-32s in made-up .pt files
+  uint64_t max_shard_bytes = 5'000'000'000;             // -o max_shard_size: consolidated weights' shards
 };
 int mount(const MountOptions& opts);
 

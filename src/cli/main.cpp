@@ -12,6 +12,7 @@
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/provider.h"
+#include "zeromount/view/weights.h"
 
 namespace {
 
@@ -26,7 +27,7 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
   return out;
 }
 
-// -o layouts=a,b, layouts_dir=NAME, rescan=S and crc are zeromount's, not libfuse's. The comma
+// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N and crc are zeromount's, not libfuse's. The comma
 // that splits -o values also splits the preset list, so the items after layouts= that are layout
 // names (which no libfuse option is) belong to it.
 std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
@@ -42,6 +43,9 @@ std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm:
       m.rescan_seconds = std::strtod(o.c_str() + 7, &end);
       if (o.size() == 7 || *end || !(m.rescan_seconds >= 0) || m.rescan_seconds > 86400)
         throw zm::Error("-o rescan: '" + o.substr(7) + "' is not a number of seconds (0 to 86400)", EINVAL);
+    } else if (o.starts_with("max_shard_size=")) {
+      in_list = false;
+      m.max_shard_bytes = zm::view::parse_shard_size(o.substr(15));
     } else if (o.starts_with("layouts=")) {
       in_list = true;
       if (o.size() > 8) m.layout_presets.push_back(o.substr(8));

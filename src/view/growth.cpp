@@ -1,5 +1,6 @@
-// A View after its load: tags saved into SRC later, `latest` following the source, and the live
-// texts of .zeromount/ (docs/ARCHITECTURE.md, "Growth").
+// A View after its load: what is saved into its folders later, each `latest` following its
+// source, tags deleted by a keep-last-N cleanup, and the live texts of .zeromount/
+// (docs/ARCHITECTURE.md, "Growth").
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -10,7 +11,6 @@
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/file.h"
-#include "zeromount/view/provider.h"
 
 namespace zm::view {
 
@@ -31,128 +31,176 @@ std::string fingerprint(const std::string& dir) {
   return fp;
 }
 
-void View::Growth::refuse(const std::string& tag, const std::string& reason, std::string folder_fingerprint) {
-  attempts[tag] = std::move(folder_fingerprint);  // attempts: load, then scan_mu
+void View::Folder::refuse(const std::string& tag, const std::string& reason, std::string folder_fingerprint) {
+  attempts[tag] = std::move(folder_fingerprint);  // attempts: the fill, then scan_mu
   std::lock_guard<std::mutex> lock(mu);
   std::erase_if(errors, [&](const TagError& e) { return e.tag == tag; });
   errors.push_back({tag, reason});
 }
 
-void View::Growth::serve(const std::string& tag) {
+void View::Folder::serve(const std::string& tag) {
   attempts.erase(tag);
   std::lock_guard<std::mutex> lock(mu);
   served.insert(tag);
   std::erase_if(errors, [&](const TagError& e) { return e.tag == tag; });
 }
 
-void View::show_new_tag(const std::string& td, const MountedTag& tag) const {
-  tree_.append([&](Tree& tree) {
-    const std::string& name = tag.index->tag;
-    const Inode* had = tree.lookup(Tree::kRoot, name);
-    if (had && had->made_by) return;  // the name means something else already
-    struct stat st {};
-    if (had && had->dir) {  // refused at mount, or mirrored before its first shard was written
-      mirror(td, had->ino);
-      tree.set_growing(had->ino, false);
-    } else if (!had && ::lstat(td.c_str(), &st) == 0) {
-      if (S_ISLNK(st.st_mode)) {  // a linked tag stays a link, as at mount
-        std::error_code ec;
-        tree.set_access(tree.add_link(Tree::kRoot, name, st.st_mtim, fs::read_symlink(td, ec).string()), access_of(st));
-      } else {
-        const uint64_t d = tree.add_dir(Tree::kRoot, name, st.st_mtim);
-        tree.set_access(d, access_of(st));
-        mirror(td, d);
-      }
-    }
-    ProviderContext cx(tree, files_, opts_, *this, false);
-    if (!tree.lookup(Tree::kRoot, "latest") && ds::read_latest(root_))  // the first save into an empty folder
-      add_latest(cx, tree.get(Tree::kRoot)->mtime);
-    follow_latest();
-    for (const auto& p : providers()) p->add_tag(cx, tag);
-  });
+void View::Folder::lose(const std::string& tag) {
+  std::lock_guard<std::mutex> lock(mu);
+  served.erase(tag);
+  lost.insert(tag);
+  errors.push_back({tag,
+                    "deleted from the source after the mount: its files and the made-up files built from them "
+                    "give ESTALE"});
 }
 
-bool View::refresh() const {
-  if (opts_.rescan_seconds <= 0 || !root_tag_.empty() || !opts_.tags.empty()) return false;
-  Growth& g = *growth_;
-  std::unique_lock scanning(g.scan_mu, std::try_to_lock);
+bool View::Folder::is_tag(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu);
+  return known.count(name) > 0;
+}
+
+bool View::Folder::is_served(const std::string& tag) const {
+  std::lock_guard<std::mutex> lock(mu);
+  return served.count(tag) > 0;
+}
+
+std::optional<std::string> View::Folder::latest_tag() const {
+  std::lock_guard<std::mutex> lock(mu);
+  return shown_tag && served.count(*shown_tag) ? shown_tag : std::nullopt;
+}
+
+View::Folder* View::folder_of(const Inode& dir) const {
+  std::lock_guard<std::mutex> lock(growth_->mu);
+  for (const Inode* n = &dir; n; n = n->ino == Tree::kRoot ? nullptr : tree_.get(n->parent))
+    if (auto it = growth_->folders.find(n->ino); it != growth_->folders.end()) return it->second.get();
+  return nullptr;
+}
+
+bool View::refresh(const Inode& dir) const {
+  Folder* f = folder_of(dir);
+  return f && refresh(*f);
+}
+
+bool View::refresh(Folder& f) const {
+  if (opts_.rescan_seconds <= 0 || !f.own_tag.empty() || !opts_.tags.empty()) return false;
+  std::unique_lock scanning(f.scan_mu, std::try_to_lock);
   if (!scanning) return false;  // another request is rescanning; it adds what is new
   const auto now = Clock::now();
-  if (now - g.last_scan < std::chrono::duration<double>(opts_.rescan_seconds)) return false;
-  g.last_scan = now;
+  if (now - f.last_scan < std::chrono::duration<double>(opts_.rescan_seconds)) return false;
+  f.last_scan = now;
   ds::CheckpointDir dir;
   try {
-    dir = ds::scan_checkpoint(root_);
+    dir = ds::scan_checkpoint(f.real);
   } catch (const Error& e) {
     spdlog::warn("rescan: {}", e.what());
     return false;
   }
-  bool added = false;
-  for (const auto& tag : dir.tags) {
-    if (served(tag)) continue;
-    const std::string td = (fs::path(root_) / tag).string();
-    std::string fp = fingerprint(td);
-    if (auto it = g.attempts.find(tag); it != g.attempts.end() && it->second == fp) continue;
-    try {
-      const MountedTag& t = add_tag(td);
-      show_new_tag(td, t);
-      {
-        std::lock_guard<std::mutex> lock(g.mu);
-        ++g.tags_after_mount;
-      }
-      spdlog::info("{}: indexed after the mount, now served ({} parameters)", tag, t.index->params.size());
-      added = true;
-    } catch (const Error& e) {
-      // Most often a save still in progress: tried again once the folder changes.
-      spdlog::info("{}: not served yet: {}", tag, e.what());
-      g.refuse(tag, e.what(), std::move(fp));
-    }
-  }
-  return added;
+  forget_deleted(f, dir.tags);
+  const size_t before = f.tags.size();
+  index_new_tags(f, dir.tags, true);
+  std::vector<const MountedTag*> added;
+  for (size_t k = before; k < f.tags.size(); ++k) added.push_back(f.tags[k].get());
+  const size_t nodes = tree_.size();
+  tree_.append([&](Tree& tree) {
+    mirror(&f, f.real, f.node);  // new real entries: a Trainer's checkpoint-N/, trainer_state.json
+    show_partial_tags(f, dir.tags);
+  });
+  show_tags(f, added);
+  return !added.empty() || tree_.size() != nodes;
 }
 
-std::optional<std::string> View::follow_latest() const {
-  const std::optional<std::string> now = ds::read_latest(root_);
+void View::forget_deleted(Folder& f, const std::vector<std::string>& present) const {
+  std::vector<const MountedTag*> gone;
+  for (const auto& t : f.tags)
+    if (f.is_served(t->index->tag) && std::find(present.begin(), present.end(), t->index->tag) == present.end())
+      gone.push_back(t.get());
+  // Folders below that were deleted with what they hold (a Trainer's checkpoint-N/).
+  std::vector<Folder*> below;
+  {
+    std::lock_guard<std::mutex> lock(growth_->mu);
+    for (auto& [ino, g] : growth_->folders)
+      if (g->parent == f.node && !fs::exists(g->real)) below.push_back(g.get());
+  }
+  for (Folder* g : below) {
+    std::vector<std::string> none;
+    forget_deleted(*g, none);
+  }
+  if (gone.empty()) return;
+  tree_.append([&](Tree& tree) {
+    ProviderContext cx = context(tree, f, false);
+    for (const MountedTag* t : gone) {
+      f.lose(t->index->tag);
+      spdlog::info("{}: deleted from the source; no longer served", f.inside(t->index->tag));
+      for (const auto& p : providers()) p->drop_tag(cx, *t);
+    }
+  });
+  std::lock_guard<std::mutex> lock(growth_->mu);
+  growth_->tags_deleted += gone.size();
+}
+
+std::optional<std::string> View::follow_latest(Folder& f) const {
+  if (!f.own_tag.empty()) return f.own_tag;
+  const std::optional<std::string> now = ds::read_latest(f.real);
   if (!now) return std::nullopt;
   const std::string tag = ds::latest_tag(*now);
-  std::lock_guard<std::mutex> lock(growth_->mu);
-  if (growth_->served.count(tag)) {
-    growth_->latest_text = *now;
-    growth_->latest_tag = tag;
+  std::lock_guard<std::mutex> lock(f.mu);
+  if (f.served.count(tag)) {
+    f.shown_latest = *now;
+    f.shown_tag = tag;
+    f.latest_note.clear();
   }
   return tag;
 }
 
-std::string View::latest_text() const {
-  if (!root_tag_.empty()) return root_tag_;
+std::string View::latest_text(uint64_t folder) const {
+  Folder* f;
+  {
+    std::lock_guard<std::mutex> lock(growth_->mu);
+    f = growth_->folders.at(folder).get();
+  }
+  if (!f->own_tag.empty()) return f->own_tag;
   // A latest naming a tag not served yet: the save that rewrote it has most likely just finished.
-  if (const auto tag = follow_latest(); tag && !served(*tag) && refresh()) follow_latest();
-  std::lock_guard<std::mutex> lock(growth_->mu);
-  return growth_->latest_text;
-}
-
-std::optional<std::string> View::latest_tag() const {
-  std::lock_guard<std::mutex> lock(growth_->mu);
-  const auto& t = growth_->latest_tag;
-  return t && growth_->served.count(*t) ? t : std::nullopt;
+  if (const auto tag = follow_latest(*f); tag && !f->is_served(*tag) && refresh(*f)) follow_latest(*f);
+  std::lock_guard<std::mutex> lock(f->mu);
+  return f->shown_latest;
 }
 
 std::string View::errors_text() const {
-  std::lock_guard<std::mutex> lock(growth_->mu);
+  std::vector<const Folder*> folders;
+  {
+    std::lock_guard<std::mutex> lock(growth_->mu);
+    folders = growth_->order;
+  }
   std::string text;
-  for (const auto& e : growth_->errors) text += e.tag + ": " + e.reason + "\n";
+  for (const Folder* f : folders) {
+    std::lock_guard<std::mutex> lock(f->mu);
+    for (const auto& e : f->errors) text += f->inside(e.tag) + ": " + e.reason + "\n";
+    if (!f->latest_note.empty()) text += f->inside("latest") + ": " + f->latest_note + "\n";
+  }
   return text;
 }
 
 std::string View::stats_text() const {
   const Growth& g = *growth_;
+  size_t served = 0, refused = 0;
+  std::vector<const Folder*> folders;
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    folders = g.order;
+  }
+  for (const Folder* f : folders) {
+    std::lock_guard<std::mutex> lock(f->mu);
+    served += f->served.size();
+    refused += size_t(
+        std::count_if(f->errors.begin(), f->errors.end(), [&](const TagError& e) { return !f->lost.count(e.tag); }));
+  }
   std::lock_guard<std::mutex> lock(g.mu);
   uint64_t requests = 0;
   for (const auto& [pid, c] : g.readers) requests += c->requests.load(std::memory_order_relaxed);
-  std::string s = "tags_served " + std::to_string(g.served.size()) + "\ntags_refused " +
-                  std::to_string(g.errors.size()) + "\ntags_after_mount " + std::to_string(g.tags_after_mount) +
-                  "\nbytes_from_shards " + std::to_string(files_.bytes_read()) + "\nrequests " +
-                  std::to_string(requests) + "\n";
+  std::string s = "tags_served " + std::to_string(served) + "\ntags_refused " + std::to_string(refused) +
+                  "\ntags_after_mount " + std::to_string(g.tags_after_mount) + "\ntags_deleted " +
+                  std::to_string(g.tags_deleted) + "\nbytes_from_shards " + std::to_string(files_.bytes_read()) +
+                  "\nrequests " + std::to_string(requests) + "\n";
   for (const auto& [pid, c] : g.readers)
     if (const uint64_t bytes = c->bytes.load(std::memory_order_relaxed))
       s += "pid " + std::to_string(pid) + " bytes " + std::to_string(bytes) + "\n";

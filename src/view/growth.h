@@ -1,7 +1,8 @@
 #pragma once
-// What changes in a View while mounted (a live checkpoint folder, docs/SEMANTICS.md): the tags,
-// appended only; `latest` as the view shows it; the refused tags; the read counters. Private to
-// view.cpp (the load) and growth.cpp (everything after it).
+// What a View learns and changes while mounted (docs/SEMANTICS.md, "A live checkpoint folder"):
+// the real folders it has filled, the tags each serves (appended only), what each `latest` shows,
+// the refused and deleted tags, the read counters. Private to view.cpp (the load and the policy),
+// fill.cpp (making a real folder's entries) and growth.cpp (everything after).
 #include <chrono>
 #include <map>
 #include <memory>
@@ -17,26 +18,57 @@ namespace zm::view {
 
 using Clock = std::chrono::steady_clock;
 
-struct View::Growth {
-  std::vector<std::unique_ptr<ds::TagIndex>> indexes;  // appended at load, then under scan_mu
+// A filled real folder of SRC that is not a tag folder. Once it holds a served tag it is a
+// checkpoint folder: providers put their made-up entries beside its tags.
+struct View::Folder final : CheckpointFolder {
+  const View* view = nullptr;
+  uint64_t node = 0;
+  std::string real;     // absolute
+  std::string rel;      // inside the mount: "" for SRC, else "run/checkpoint-2"
+  std::string own_tag;  // SRC is itself a tag folder: its name (shown inside the root)
+  uint64_t parent = 0;  // the folder record above, by inode; 0 for the root
+
+  // Appended under scan_mu (or at the fill, before anyone else sees the folder); never removed.
+  std::vector<std::unique_ptr<ds::TagIndex>> indexes;
   std::vector<std::unique_ptr<MountedTag>> tags;
-  std::mutex scan_mu;  // one rescan at a time
+  bool built = false;  // providers have made this folder's entries (it had a served tag)
+  std::mutex scan_mu;  // one rescan of this folder at a time
   Clock::time_point last_scan;
   std::map<std::string, std::string> attempts;  // tag -> fingerprint of its folder when it last failed
 
   mutable std::mutex mu;  // everything below
   std::set<std::string> served;
+  std::set<std::string> known;  // every tag folder seen, served or not
+  std::set<std::string> lost;   // served, then deleted from the source: never served again
   std::vector<TagError> errors;
-  std::string latest_text;  // what `latest` shows
-  std::optional<std::string> latest_tag;
-  size_t tags_after_mount = 0;
-  std::map<int, std::unique_ptr<ReaderCount>> readers;  // by opening process
+  std::string shown_latest;              // what `latest` shows
+  std::optional<std::string> shown_tag;  // the tag it names, once that tag is served
+  std::string latest_note;               // why `latest` does not show the source's text, if it does not
 
+  uint64_t ino() const override { return node; }
+  const std::string& path() const override { return real; }
+  std::string latest_text() const override { return view->latest_text(node); }
+  std::optional<std::string> latest_tag() const override;
+  bool is_tag(const std::string& name) const override;
+  bool is_served(const std::string& tag) const;
+  // The tag's path inside the mount, as errors name it.
+  std::string inside(const std::string& tag) const { return rel.empty() ? tag : rel + "/" + tag; }
   // Why `tag` is not served (an earlier reason for it replaced), and the folder listing that
   // failed, so that it is tried again only once the folder changes.
   void refuse(const std::string& tag, const std::string& reason, std::string folder_fingerprint);
   // `tag` indexed: served, and off the error list.
   void serve(const std::string& tag);
+  // `tag`, served before, is gone from the source: no longer served, one line in errors.
+  void lose(const std::string& tag);
+};
+
+struct View::Growth {
+  std::mutex fill_mu;                                   // one fill at a time
+  mutable std::mutex mu;                                // everything below
+  std::map<uint64_t, std::unique_ptr<Folder>> folders;  // by the inode of the real folder
+  std::vector<const Folder*> order;                     // in the order they were filled
+  size_t tags_after_mount = 0, tags_deleted = 0, cache_hits = 0;
+  std::map<int, std::unique_ptr<ReaderCount>> readers;  // by opening process
 };
 
 // What a save in progress changes in a tag folder: its names, sizes and times.

@@ -42,20 +42,17 @@ class RankFiles final : public LazyDir {
   struct timespec mtime_;
 };
 
-struct RealFile {
-  std::string name;
-  uint32_t id = 0;
-  uint64_t size = 0;
-};
-
 // layouts/: every valid target name resolves; the listing shows the own layout and the presets.
-// A tag indexed after the mount joins every target (add): the tag list only grows, and it is read
-// and changed under the tree's exclusive lock only (make and Tree::append).
+// A tag indexed after the mount joins every target (add), a deleted one leaves the targets made
+// later (drop); the tag list is read and changed under the tree's exclusive lock only (make and
+// Tree::append). A target is a whole checkpoint folder: beside `latest` and its tag folders it
+// shows every other real entry of the folder it fakes (a Trainer's trainer_state.json,
+// scheduler.pt, rng_state_*.pth, ...), so that what loads the folder finds what it needs.
 class Targets final : public LazyDir {
  public:
-  Targets(std::vector<const MountedTag*> tags, std::vector<std::string> listed, const LiveSource* live,
-          std::vector<RealFile> copied, struct timespec mtime)
-      : tags_(std::move(tags)), listed_(std::move(listed)), live_(live), copied_(std::move(copied)), mtime_(mtime) {}
+  Targets(std::vector<const MountedTag*> tags, std::vector<std::string> listed, const CheckpointFolder* folder,
+          bool has_latest, struct timespec mtime)
+      : tags_(std::move(tags)), listed_(std::move(listed)), folder_(folder), has_latest_(has_latest), mtime_(mtime) {}
 
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
     const auto target = ds::parse_target(name);
@@ -68,26 +65,14 @@ class Targets final : public LazyDir {
       return 0;
     }
     const uint64_t d = tree.add_dir(dir, std::string(name), mtime_, false);
-    if (live_) {
-      const LiveSource* live = live_;
-      tree.add_live_file(d, "latest", mtime_, [live] {
-        pt::VirtualFile f;
-        f.append_inline(live->latest_text());
-        return f;
-      });
+    // Tags saved later join it: a listing must not be kept as complete (growing, like its folder).
+    tree.set_growing(d, tree.get(folder_->ino())->growing.load());
+    if (has_latest_) {
+      const CheckpointFolder* folder = folder_;
+      add_live_text(
+          tree, d, "latest", [folder] { return folder->latest_text(); }, mtime_);
     }
-    for (const RealFile& r : copied_) {
-      const uint32_t id = r.id;
-      const uint64_t size = r.size;
-      tree.add_file(
-          d, r.name, mtime_,
-          [id, size] {
-            pt::VirtualFile f;
-            f.append_extent({id, 0, size});
-            return f;
-          },
-          size);
-    }
+    copy_real_entries(tree, *folder_, d, [](const Inode& n) { return n.name != "latest"; });
     for (const auto& layout : layouts) add_tag_dir(tree, d, layout);
     return d;
   }
@@ -95,6 +80,9 @@ class Targets final : public LazyDir {
   std::string listed_name(uint64_t k) const override { return listed_.at(k); }
 
   // A tag indexed after the mount: in every target made so far, and in those made later.
+  // A deleted tag: targets made from now on are made without it.
+  void drop(const MountedTag& tag) const { std::erase(tags_, &tag); }
+
   void add(Tree& tree, uint64_t dir, const MountedTag& tag) const {
     const ds::SourceOptions options = ds::source_options(*tag.index);
     for (const std::string& name : listed_) {  // a listed name must keep resolving
@@ -127,8 +115,8 @@ class Targets final : public LazyDir {
 
   mutable std::vector<const MountedTag*> tags_;
   std::vector<std::string> listed_;
-  const LiveSource* live_;  // nullptr: SRC has no `latest`
-  std::vector<RealFile> copied_;
+  const CheckpointFolder* folder_;
+  bool has_latest_;  // the folder has a `latest`, which every target shows
   struct timespec mtime_;
   mutable std::set<std::string> refused_;  // make() runs under the tree's exclusive lock
 };
@@ -157,19 +145,21 @@ class LayoutsProvider final : public Provider {
  public:
   const char* kind() const override { return "layouts"; }
 
-  // At mount add_root makes the folder for every tag; a tag indexed later joins it.
+  // add_folder makes the folder for every tag; a tag indexed later joins it.
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
-    if (cx.mounting()) return;
-    const Inode* dir = cx.tree().lookup(Tree::kRoot, cx.options().layouts_dir);
-    if (!dir) return add_root(cx, {&tag});  // the first tag of a folder mounted empty
-    if (dir->made_by != kind()) return;     // SRC's own folder of that name
-    if (const auto* targets = dynamic_cast<const Targets*>(dir->lazy.get())) targets->add(cx.tree(), dir->ino, tag);
+    if (cx.building()) return;
+    if (const Targets* t = targets(cx))
+      t->add(cx.tree(), cx.tree().lookup(cx.dir(), cx.options().layouts_dir)->ino, tag);
   }
 
-  void add_root(ProviderContext& cx, const std::vector<const MountedTag*>& tags) const override {
+  void drop_tag(ProviderContext& cx, const MountedTag& tag) const override {
+    if (const Targets* t = targets(cx)) t->drop(tag);
+  }
+
+  void add_folder(ProviderContext& cx, const std::vector<const MountedTag*>& tags) const override {
     if (tags.empty()) return;
     const ViewOptions& o = cx.options();
-    const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
+    const struct timespec mtime = cx.mtime();
     // The own layout is that of the tag `latest` names (else the last one).
     // Each tag's run options come from its model-state pickle: read once here, not once per name.
     std::vector<ds::SourceOptions> options;
@@ -197,20 +187,20 @@ class LayoutsProvider final : public Provider {
       }
       listed.push_back(name);
     }
-    const uint64_t dir = cx.add_top_dir(o.layouts_dir, kind(), mtime, tags);
+    const uint64_t dir = cx.add_made_dir(o.layouts_dir, kind(), tags);
     if (!dir) return;  // a real SRC/layouts wins (ProviderContext logged it); -o layouts_dir=NAME
     cx.add_text(dir, "README", readme(o.layouts_dir, own, listed), mtime);
+    // `latest` as the folder's own shows it, and its other real files as they are (spec §1.1).
+    const bool has_latest = cx.tree().lookup(cx.dir(), "latest") != nullptr;
+    cx.tree().set_lazy(dir, std::make_shared<Targets>(tags, std::move(listed), &cx.folder(), has_latest, mtime));
+  }
 
-    // latest (as the mount's own `latest` shows it) and zero_to_fp32.py as in SRC (spec §1.1).
-    const fs::path root = fs::path(own_tag->index->dir).parent_path();
-    const Inode* latest = cx.tree().lookup(Tree::kRoot, "latest");
-    std::vector<RealFile> copied;
-    if (const fs::path z = root / "zero_to_fp32.py"; fs::is_regular_file(z)) {
-      const uint32_t id = cx.files().add(z.string());
-      copied.push_back({"zero_to_fp32.py", id, uint64_t(cx.files().stat(id).st_size)});
-    }
-    cx.tree().set_lazy(dir, std::make_shared<Targets>(tags, std::move(listed), latest ? &cx.live() : nullptr,
-                                                      std::move(copied), mtime));
+ private:
+  // The layouts/ folder this provider made in cx's folder, if any (a real one of that name wins).
+  const Targets* targets(ProviderContext& cx) const {
+    const Inode* dir = cx.tree().lookup(cx.dir(), cx.options().layouts_dir);
+    if (!dir || dir->made_by != kind()) return nullptr;
+    return dynamic_cast<const Targets*>(dir->lazy.get());
   }
 };
 

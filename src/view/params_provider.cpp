@@ -19,8 +19,8 @@ class ParamsProvider final : public Provider {
 
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const ds::TagIndex& ix = *tag.index;
-    const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
-    const uint64_t d = cx.add_top_dir(ix.tag + "_params", kind(), mtime, {&tag});
+    const struct timespec mtime = cx.mtime();
+    const uint64_t d = cx.add_made_dir(ix.tag + "_params", kind(), {&tag});
     if (!d) return;
     Tree& tree = cx.tree();
     const MountedTag* t = &tag;

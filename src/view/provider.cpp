@@ -9,8 +9,8 @@ Access access_of(const struct stat& st) {
 }
 
 bool ProviderContext::taken(const std::string& name) {
-  if (!tree_.lookup(Tree::kRoot, name)) return false;
-  spdlog::warn("{}: a real entry of that name exists; showing it instead of a made-up one", name);
+  if (!tree_.lookup(dir(), name)) return false;
+  spdlog::warn("{}/{}: a real entry of that name exists; showing it instead of a made-up one", folder_.path(), name);
   return true;
 }
 
@@ -28,10 +28,10 @@ Access least_of(const std::vector<Access>& all) {
   return a;
 }
 
-uint64_t ProviderContext::add_top_dir(const std::string& name, const char* kind, struct timespec mtime,
-                                      const std::vector<const MountedTag*>& from) {
+uint64_t ProviderContext::add_made_dir(const std::string& name, const char* kind,
+                                       const std::vector<const MountedTag*>& from) {
   if (taken(name)) return 0;
-  const uint64_t ino = tree_.add_dir(Tree::kRoot, name, mtime);
+  const uint64_t ino = tree_.add_dir(dir(), name, mtime());
   tree_.mark_made_by(ino, kind);
   std::vector<Access> folders, files;
   for (const MountedTag* t : from) {
@@ -45,21 +45,22 @@ uint64_t ProviderContext::add_top_dir(const std::string& name, const char* kind,
   return ino;
 }
 
-uint64_t ProviderContext::add_top_text(const std::string& name, const char* kind, std::function<std::string()> text,
-                                       struct timespec mtime, Access access) {
+uint64_t ProviderContext::add_made_text(const std::string& name, const char* kind, std::function<std::string()> text,
+                                        Access access) {
   if (taken(name)) return 0;
-  const uint64_t ino = add_live_text(Tree::kRoot, name, std::move(text), mtime);
+  const uint64_t ino = add_live_text(dir(), name, std::move(text), mtime());
   tree_.mark_made_by(ino, kind);
   access.perm &= 0444;
   tree_.set_access(ino, access);
   return ino;
 }
 
-uint64_t ProviderContext::add_real_file(uint64_t parent, const std::string& name, const std::string& path) {
-  const uint32_t id = files_.add(path);
-  const struct stat& st = files_.stat(id);
+uint64_t add_real_file(Tree& tree, FileTable& files, uint64_t parent, const std::string& name,
+                       const std::string& path) {
+  const uint32_t id = files.add(path);
+  const struct stat& st = files.stat(id);
   const uint64_t size = uint64_t(st.st_size);
-  const uint64_t ino = tree_.add_file(
+  const uint64_t ino = tree.add_file(
       parent, name, st.st_mtim,
       [id, size] {
         pt::VirtualFile f;
@@ -67,13 +68,13 @@ uint64_t ProviderContext::add_real_file(uint64_t parent, const std::string& name
         return f;
       },
       size);
-  tree_.set_access(ino, access_of(st));
+  tree.set_access(ino, access_of(st));
   return ino;
 }
 
-uint64_t ProviderContext::add_text(uint64_t parent, const std::string& name, std::string text, struct timespec mtime) {
+uint64_t add_text(Tree& tree, uint64_t parent, const std::string& name, std::string text, struct timespec mtime) {
   const uint64_t size = text.size();
-  return tree_.add_file(
+  return tree.add_file(
       parent, name, mtime,
       [text = std::move(text)] {
         pt::VirtualFile f;
@@ -83,13 +84,24 @@ uint64_t ProviderContext::add_text(uint64_t parent, const std::string& name, std
       size);
 }
 
-uint64_t ProviderContext::add_live_text(uint64_t parent, const std::string& name, std::function<std::string()> text,
-                                        struct timespec mtime) {
-  return tree_.add_live_file(parent, name, mtime, [text = std::move(text)] {
+uint64_t add_live_text(Tree& tree, uint64_t parent, const std::string& name, std::function<std::string()> text,
+                       struct timespec mtime) {
+  return tree.add_live_file(parent, name, mtime, [text = std::move(text)] {
     pt::VirtualFile f;
     f.append_inline(text());
     return f;
   });
+}
+
+void copy_real_entries(Tree& tree, const CheckpointFolder& folder, uint64_t parent,
+                       const std::function<bool(const Inode&)>& keep) {
+  std::vector<const Inode*> real;
+  for (uint64_t c : tree.get(folder.ino())->children) {
+    const Inode& n = *tree.get(c);
+    if (n.made_by || n.live || (n.dir && n.real.empty()) || folder.is_tag(n.name) || !keep(n)) continue;
+    real.push_back(&n);
+  }
+  for (const Inode* n : real) tree.add_copy(parent, *n);
 }
 
 }  // namespace zm::view

@@ -2,6 +2,8 @@
 // tags that are not served and why (they are shown as their real files only); `stats` counts the
 // tags and the bytes each reading process took from the shards. Both are live: they change as the
 // mount serves reads and as tags saved after the mount are indexed.
+#include <spdlog/spdlog.h>
+
 #include "zeromount/view/provider.h"
 
 namespace zm::view {
@@ -11,18 +13,20 @@ namespace {
 class StatusProvider final : public Provider {
  public:
   const char* kind() const override { return "status"; }
-  void add_tag(ProviderContext&, const MountedTag&) const override {}
-
-  void add_root(ProviderContext& cx, const std::vector<const MountedTag*>&) const override {
-    const Inode& root = *cx.tree().get(Tree::kRoot);
-    const uint64_t d = cx.add_top_dir(".zeromount", kind(), root.mtime, {});
-    if (!d) return;
-    cx.tree().set_access(d, root.access, {root.access.perm & 0444u, root.access.uid, root.access.gid, true});
-    const LiveSource* live = &cx.live();
-    cx.add_live_text(
-        d, "errors", [live] { return live->errors_text(); }, root.mtime);
-    cx.add_live_text(
-        d, "stats", [live] { return live->stats_text(); }, root.mtime);
+  void add_mount(Tree& tree, const LiveSource& live) const override {
+    const Inode& root = *tree.get(Tree::kRoot);
+    if (tree.lookup(Tree::kRoot, ".zeromount")) {
+      spdlog::warn(".zeromount: a real entry of that name exists; showing it instead of the mount's status");
+      return;
+    }
+    const uint64_t d = tree.add_dir(Tree::kRoot, ".zeromount", root.mtime);
+    tree.mark_made_by(d, kind());
+    tree.set_access(d, root.access, {root.access.perm & 0444u, root.access.uid, root.access.gid, true});
+    const LiveSource* src = &live;
+    add_live_text(
+        tree, d, "errors", [src] { return src->errors_text(); }, root.mtime);
+    add_live_text(
+        tree, d, "stats", [src] { return src->stats_text(); }, root.mtime);
   }
 };
 

@@ -90,6 +90,35 @@ uint64_t Tree::add_link(uint64_t parent, const std::string& name, struct timespe
   return add(parent, name, std::move(n), true);
 }
 
+uint64_t Tree::add_real_dir(uint64_t parent, const std::string& name, struct timespec mtime, std::string path,
+                            bool plain) {
+  Inode n;
+  n.dir = true;
+  n.mtime = mtime;
+  n.real = std::move(path);
+  n.plain = plain;
+  n.filled = false;
+  return add(parent, name, std::move(n), true);
+}
+
+uint64_t Tree::add_copy(uint64_t parent, const Inode& of) {
+  if (of.dir) {
+    const uint64_t d = add_real_dir(parent, of.name, of.mtime, of.real, true);
+    nodes_[d - 1].access = of.access;
+    return d;
+  }
+  Inode n;
+  n.mtime = of.mtime;
+  n.link = of.link;
+  n.access = of.access;
+  n.build = of.build;
+  n.sizer = of.sizer;
+  n.size = of.size.load();
+  if (!n.link.empty()) return add(parent, of.name, std::move(n), true);
+  ++files_;
+  return add(parent, of.name, std::move(n), true);
+}
+
 const Inode* Tree::find(const Inode& dir, std::string_view name) const {
   auto it = dir.by_name.find(std::string(name));
   return it == dir.by_name.end() ? nullptr : &nodes_[it->second - 1];

@@ -20,8 +20,8 @@ class UniversalProvider final : public Provider {
 
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const ds::TagIndex& ix = *tag.index;
-    const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
-    const uint64_t u = cx.add_top_dir(ix.tag + kSuffix, kind(), mtime, {&tag});
+    const struct timespec mtime = cx.mtime();
+    const uint64_t u = cx.add_made_dir(ix.tag + kSuffix, kind(), {&tag});
     if (!u) return;
     Tree& tree = cx.tree();
     const MountedTag* t = &tag;
@@ -50,29 +50,30 @@ class UniversalProvider final : public Provider {
         tree.add_file(d, "step.pt", mtime, [t, s] { return step_file(*t, *s); });
       }
     }
-    if (!cx.mounting()) add_root(cx, {});  // the first tag latest names may come after the mount
+    if (!cx.building()) add_folder(cx, {});  // the first tag latest names may come after the fill
   }
 
   // latest_universal follows `latest`: `<T>_universal` for the tag latest names, as long as that
   // tag's universal folder is made up here.
-  void add_root(ProviderContext& cx, const std::vector<const MountedTag*>&) const override {
+  void add_folder(ProviderContext& cx, const std::vector<const MountedTag*>&) const override {
     const auto latest = cx.latest();
     if (!latest) return;
-    const Inode* u = cx.tree().lookup(Tree::kRoot, *latest + kSuffix);
+    const uint64_t dir = cx.dir();
+    const Inode* u = cx.tree().lookup(dir, *latest + kSuffix);
     if (!u || u->made_by != kind()) return;
-    if (cx.tree().lookup(Tree::kRoot, "latest_universal")) return;       // SRC's own is shown as is
-    const Inode* real_latest = cx.tree().lookup(Tree::kRoot, "latest");  // its text comes from there
-    const LiveSource* live = &cx.live();
+    if (cx.tree().lookup(dir, "latest_universal")) return;       // the folder's own is shown as is
+    const Inode* real_latest = cx.tree().lookup(dir, "latest");  // its text comes from there
+    const CheckpointFolder* folder = &cx.folder();
     const Tree* tree = &cx.tree();
     std::string last = *latest + kSuffix;
-    cx.add_top_text(
+    cx.add_made_text(
         "latest_universal", kind(),
-        [live, tree, last] {
-          const auto now = live->latest_tag();
-          const Inode* d = now ? tree->lookup(Tree::kRoot, *now + kSuffix) : nullptr;
+        [folder, tree, dir, last] {
+          const auto now = folder->latest_tag();
+          const Inode* d = now ? tree->lookup(dir, *now + kSuffix) : nullptr;
           return d && d->made_by == kind_name ? *now + kSuffix : last;
         },
-        cx.tree().get(Tree::kRoot)->mtime, real_latest ? real_latest->access : u->access);
+        real_latest ? real_latest->access : u->access);
   }
   static constexpr const char* kind_name = "universal";
 };

@@ -1,13 +1,42 @@
-// Consolidated weights as one model.safetensors per tag, in two kinds:
-//   fp32      <T>_fp32/: every weight in fp32, as zero_to_fp32.py writes it;
+// Consolidated weights per tag, as a folder Hugging Face's from_pretrained loads, in two kinds:
+//   fp32      <T>_fp32/: every weight in fp32, as zero_to_fp32.py --safe_serialization writes it;
 //   training  <T>_bf16/ or <T>_fp16/: the precision the run trained in, the file people publish
 //             for inference. Shown only for 16-bit runs; fp32 runs have <T>_fp32 alone.
-#include "zeromount/view/browse.h"
+// Beside the weights (one model.safetensors, or shards and their index) each shows the checkpoint
+// folder's config.json, generation_config.json and tokenizer files, where it has them.
+#include <memory>
+
 #include "zeromount/view/provider.h"
+#include "zeromount/view/view.h"
+#include "zeromount/view/weights.h"
 
 namespace zm::view {
 
 namespace {
+
+// What AutoConfig, GenerationConfig and AutoTokenizer read from a model folder.
+bool model_file(const Inode& n) {
+  static const char* kNames[] = {"config.json",
+                                 "generation_config.json",
+                                 "tokenizer.json",
+                                 "tokenizer_config.json",
+                                 "special_tokens_map.json",
+                                 "added_tokens.json",
+                                 "vocab.json",
+                                 "vocab.txt",
+                                 "merges.txt",
+                                 "tokenizer.model",
+                                 "spiece.model",
+                                 "sentencepiece.bpe.model",
+                                 "chat_template.jinja",
+                                 "chat_template.json",
+                                 "preprocessor_config.json",
+                                 "processor_config.json"};
+  if (n.dir) return false;
+  for (const char* k : kNames)
+    if (n.name == k) return true;
+  return false;
+}
 
 class WeightsProvider final : public Provider {
  public:
@@ -17,12 +46,17 @@ class WeightsProvider final : public Provider {
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const std::string suffix = folder_suffix(*tag.index);
     if (suffix.empty()) return;
-    const struct timespec mtime = cx.tree().get(Tree::kRoot)->mtime;
-    const uint64_t d = cx.add_top_dir(tag.index->tag + suffix, kind(), mtime, {&tag});
+    const struct timespec mtime = cx.mtime();
+    const uint64_t d = cx.add_made_dir(tag.index->tag + suffix, kind(), {&tag});
     if (!d) return;
+    copy_real_entries(cx.tree(), cx.folder(), d, model_file);
     const MountedTag* t = &tag;
     const Weights which = which_;
-    cx.tree().add_file(d, "model.safetensors", mtime, [t, which] { return model_safetensors(*t, which); });
+    auto plan = std::make_shared<const WeightShards>(plan_weights(tag, which, cx.options().max_shard_bytes));
+    for (size_t k = 0; k < plan->files.size(); ++k)
+      cx.tree().add_file(d, plan->files[k], mtime,
+                         [t, which, plan, k] { return weights_file(*t, which, plan->tensors[k]); });
+    if (plan->sharded()) cx.add_text(d, "model.safetensors.index.json", weights_index(*plan), mtime);
   }
 
  private:

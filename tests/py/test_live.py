@@ -89,10 +89,13 @@ def test_a_save_in_progress_is_served_once_its_last_rank_is_written(tmp_path):
             os.listdir(m)
             time.sleep(0.2)
         assert "global_step7: " in open(f"{m}/.zeromount/errors").read()
-        assert "global_step7" not in os.listdir(m), "an incomplete tag is not shown"
+        # An incomplete tag shows its real files only, as a tag refused at mount does.
+        assert "global_step7" in os.listdir(m) and "global_step7_universal" not in os.listdir(m)
+        assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" not in os.listdir(f"{m}/global_step7")
         save(src, "global_step7", tmp_path, only={"zero_pp_rank_1_mp_rank_00_optim_states.pt"})
         assert wait_for(f"{m}/global_step7_universal/{PARAM}")
         assert open(f"{m}/.zeromount/errors").read() == ""
+        assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in os.listdir(f"{m}/global_step7")
         assert torch.equal(load(f"{m}/global_step7_universal/{PARAM}")["param"],
                            load(f"{m}/{TAG}_universal/{PARAM}")["param"])
 

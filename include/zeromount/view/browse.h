@@ -1,6 +1,6 @@
 #pragma once
-// Files for people and for numpy (issue 5): <T>_params/ (README, summary, <param>/info and one
-// .npy per state) and <T>_fp32/model.safetensors, all served lazily from the shards.
+// Files for people and for numpy: <T>_params/ (README, summary, <param>/info and one .npy per
+// state), all served lazily from the shards.
 #include <cstdint>
 #include <string>
 
@@ -17,12 +17,4 @@ std::string params_summary(const ds::TagIndex& ix);
 std::string param_info(const MountedTag& t, const ds::Param& p, const pt::ExtentReader* src);
 // numpy .npy (format 1.0, 64-byte aligned header) of one state, for np.load(mmap_mode='r').
 pt::VirtualFile param_npy(const MountedTag& t, const ds::Param& p, size_t state);
-enum class Weights {
-  Master,    // the optimizer's master weights (fp32), as zero_to_fp32.py writes them
-  Training,  // the module's training precision (bf16/fp16): what people publish for inference
-};
-// Every trainable parameter in the chosen precision, frozen ones and buffers in their stored
-// dtype, and shared aliases, under the names zero_to_fp32 gives them.
-pt::VirtualFile model_safetensors(const MountedTag& t, Weights which);
-
 }  // namespace zm::view

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "zeromount/view/file_table.h"
+#include "zeromount/view/mounted_tag.h"
 #include "zeromount/view/tree.h"
-#include "zeromount/view/universal.h"
 
 namespace zm::view {
 
@@ -21,56 +21,91 @@ Access access_of(const struct stat& st);
 // The most any of `all` allows: bits all of them grant, owner classes only where owners agree.
 Access least_of(const std::vector<Access>& all);
 
-// What a provider may use while the tree is built: the tree, the file table and the options.
-// A tag that could not be indexed: it keeps its real files and gets no made-up folders.
+// A file that is one whole real file, with that file's owner and permissions.
+uint64_t add_real_file(Tree& tree, FileTable& files, uint64_t parent, const std::string& name, const std::string& path);
+// A file whose whole content is known now.
+uint64_t add_text(Tree& tree, uint64_t parent, const std::string& name, std::string text, struct timespec mtime);
+
+// A text file whose content follows the source (`text` is called on every open).
+uint64_t add_live_text(Tree& tree, uint64_t parent, const std::string& name, std::function<std::string()> text,
+                       struct timespec mtime);
+
+// A tag that could not be indexed: it keeps its real files and gets no made-up folders. `tag` is
+// its path inside the mount ("global_step3", "run/checkpoint-2/global_step2").
 struct TagError {
   std::string tag, reason;
 };
 
-// What live files (Tree::add_live_file) show: the view's current answers, which follow the source
-// while mounted. Implemented by the View, which outlives every file that refers to it.
+// What the mount-wide live files (.zeromount/) show: the view's current answers, which follow the
+// source while mounted. Implemented by the View, which outlives every file that refers to it.
 class LiveSource {
  public:
   virtual ~LiveSource() = default;
-  // SRC's `latest`, byte for byte, while it names a tag the view serves; else the last text that did.
-  virtual std::string latest_text() const = 0;
-  // The tag latest_text() names, if the view serves it.
-  virtual std::optional<std::string> latest_tag() const = 0;
   virtual std::string errors_text() const = 0;  // one line per tag that is not served, and why
   virtual std::string stats_text() const = 0;   // tags, and the bytes readers took from the shards
 };
 
+// One checkpoint folder (a DeepSpeed load_dir: SRC, a Trainer's checkpoint-N/, ...): a real folder
+// that holds tag folders, beside which providers put their made-up entries. Its `latest` follows
+// the source. Implemented by the View; it outlives every file that refers to it.
+class CheckpointFolder {
+ public:
+  virtual ~CheckpointFolder() = default;
+  virtual uint64_t ino() const = 0;             // its folder in the tree
+  virtual const std::string& path() const = 0;  // the real folder, absolute
+  // Its `latest`, byte for byte, while it names a tag the view serves; else the last text that did.
+  virtual std::string latest_text() const = 0;
+  // The tag latest_text() names, if the view serves it.
+  virtual std::optional<std::string> latest_tag() const = 0;
+  // Whether `name` is one of its tag folders (served or not): a faked layout shows its own instead.
+  virtual bool is_tag(const std::string& name) const = 0;
+};
+
+// Another name, in `parent`, for each real entry of `folder` that `keep` accepts (real entries
+// only: no tag folder, no made-up or live entry), in listing order; folders become plain copies.
+void copy_real_entries(Tree& tree, const CheckpointFolder& folder, uint64_t parent,
+                       const std::function<bool(const Inode&)>& keep);
+
 class ProviderContext {
  public:
-  // `mounting`: the tree is being built; false when a tag indexed after the mount is added (then
-  // add_root is not called again, and add_tag must extend what add_root made).
-  ProviderContext(Tree& tree, FileTable& files, const ViewOptions& opts, const LiveSource& live, bool mounting)
-      : tree_(tree), files_(files), opts_(opts), live_(live), mounting_(mounting) {}
+  // `building`: the folder's made-up entries are being made for the first time; false when a tag
+  // indexed later is added (then add_folder is not called again, and add_tag must extend what
+  // add_folder made).
+  ProviderContext(Tree& tree, FileTable& files, const ViewOptions& opts, const LiveSource& live,
+                  const CheckpointFolder& folder, bool building)
+      : tree_(tree), files_(files), opts_(opts), live_(live), folder_(folder), building_(building) {}
 
   Tree& tree() { return tree_; }
   FileTable& files() { return files_; }
   const ViewOptions& options() const { return opts_; }
   const LiveSource& live() const { return live_; }
-  bool mounting() const { return mounting_; }
-  // The tag that SRC's `latest` names, if the view serves it.
-  std::optional<std::string> latest() const { return live_.latest_tag(); }
-  // A text file whose content follows the source (`text` is called on every open).
+  const CheckpointFolder& folder() const { return folder_; }
+  uint64_t dir() const { return folder_.ino(); }
+  // The folder's own mtime: what its made-up entries show.
+  struct timespec mtime() const {
+    return tree_.get(dir())->mtime;
+  }
+  bool building() const { return building_; }
+  // The tag that the folder's `latest` names, if the view serves it.
+  std::optional<std::string> latest() const { return folder_.latest_tag(); }
   uint64_t add_live_text(uint64_t parent, const std::string& name, std::function<std::string()> text,
-                         struct timespec mtime);
+                         struct timespec mtime) {
+    return view::add_live_text(tree_, parent, name, std::move(text), mtime);
+  }
 
-  // A top-level made-up folder, marked as made by `kind`, readable by no more than the tags it is
-  // built from allow (their folders for folders, their least readable shard for files). Returns 0,
-  // with one warning, when SRC already has an entry of that name: real entries always win.
-  uint64_t add_top_dir(const std::string& name, const char* kind, struct timespec mtime,
-                       const std::vector<const MountedTag*>& from);
-  // A live text (add_live_text) at the top level; `access`: that of the real entry its text comes from.
-  uint64_t add_top_text(const std::string& name, const char* kind, std::function<std::string()> text,
-                        struct timespec mtime, Access access);
-  // A file that is one whole real file (e.g. a model-state file under another name), with that
-  // file's owner and permissions.
-  uint64_t add_real_file(uint64_t parent, const std::string& name, const std::string& path);
-  // A file whose whole content is known now.
-  uint64_t add_text(uint64_t parent, const std::string& name, std::string text, struct timespec mtime);
+  // A made-up folder beside the tags, marked as made by `kind`, readable by no more than the tags
+  // it is built from allow (their folders for folders, their least readable shard for files).
+  // Returns 0, with one warning, when the folder already has an entry of that name: real entries
+  // always win.
+  uint64_t add_made_dir(const std::string& name, const char* kind, const std::vector<const MountedTag*>& from);
+  // A live text (add_live_text) beside the tags; `access`: that of the real entry its text comes from.
+  uint64_t add_made_text(const std::string& name, const char* kind, std::function<std::string()> text, Access access);
+  uint64_t add_real_file(uint64_t parent, const std::string& name, const std::string& path) {
+    return view::add_real_file(tree_, files_, parent, name, path);
+  }
+  uint64_t add_text(uint64_t parent, const std::string& name, std::string text, struct timespec mtime) {
+    return view::add_text(tree_, parent, name, std::move(text), mtime);
+  }
 
  private:
   bool taken(const std::string& name);
@@ -78,7 +113,8 @@ class ProviderContext {
   FileTable& files_;
   const ViewOptions& opts_;
   const LiveSource& live_;
-  bool mounting_;
+  const CheckpointFolder& folder_;
+  bool building_;
 };
 
 class Provider {
@@ -86,10 +122,15 @@ class Provider {
   virtual ~Provider() = default;
   // The kind's name: what `export --view` selects and what each made-up top-level entry records.
   virtual const char* kind() const = 0;
-  // Adds this kind's folders for one indexed tag. `tag` outlives the tree.
-  virtual void add_tag(ProviderContext& cx, const MountedTag& tag) const = 0;
-  // Adds top-level entries that depend on every tag (e.g. latest_universal), after all add_tag calls.
-  virtual void add_root(ProviderContext& cx, const std::vector<const MountedTag*>& tags) const {}
+  // Adds this kind's entries for one indexed tag, beside it in cx.folder(). `tag` outlives the tree.
+  virtual void add_tag(ProviderContext& cx, const MountedTag& tag) const {}
+  // Adds entries that depend on every tag of a checkpoint folder (e.g. latest_universal), after
+  // the add_tag calls of its tags, once per folder.
+  virtual void add_folder(ProviderContext& cx, const std::vector<const MountedTag*>& tags) const {}
+  // A served tag was deleted from the source: what is made from now on must not need it.
+  virtual void drop_tag(ProviderContext& cx, const MountedTag& tag) const {}
+  // Adds mount-wide entries at the root (e.g. .zeromount/), once.
+  virtual void add_mount(Tree& tree, const LiveSource& live) const {}
 };
 
 // Every kind, in the order their folders are added. The one place where kinds are registered.

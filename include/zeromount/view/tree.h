@@ -2,7 +2,9 @@
 // The virtual tree: inode numbers, names, attributes and how each file's bytes are made.
 //
 // Inode scheme: inode numbers are 1-based positions in one append-only table (1 is the root).
-// Most of the tree is built at mount. A folder may also have a LazyDir, which makes entries the
+// Nothing is built before it is used: a real folder's entries are made the first time it is
+// looked up in or listed (View::fill, which also indexes the tags it holds), so mounting a large
+// experiments folder costs one listing. A folder may also have a LazyDir, which makes entries the
 // first time they are looked up or listed (layouts/<any valid target>, a target's W rank files):
 // such folders cost nothing until used, and a name, once made, keeps its inode and meaning for
 // the life of the mount. Entries never disappear, so the kernel may cache every answer, except
@@ -76,6 +78,11 @@ struct Inode {
   std::shared_ptr<const LazyDir> lazy;
   // Folders that may gain entries while mounted (see the top of this file).
   mutable std::atomic<bool> growing{false};
+  // Real folders: the folder of SRC shown here, and whether its entries are made yet (View::fill).
+  // `plain`: its real entries only, never made-up ones (a tag folder, a copy in a faked layout).
+  std::string real;
+  bool plain = false;
+  mutable std::atomic<bool> filled{true};
   // Files: either a builder, run on first open or stat, or a known size with a builder too.
   // A live file's builder runs on every open and stat, and its content is never cached.
   Builder build;
@@ -99,6 +106,9 @@ struct Inode {
         by_name(std::move(o.by_name)),
         lazy(std::move(o.lazy)),
         growing(o.growing.load()),
+        real(std::move(o.real)),
+        plain(o.plain),
+        filled(o.filled.load()),
         build(std::move(o.build)),
         sizer(std::move(o.sizer)),
         live(o.live),
@@ -116,6 +126,16 @@ class Tree {
                     uint64_t size = Inode::kUnknown, bool listed = true);
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer);
   uint64_t add_link(uint64_t parent, const std::string& name, struct timespec mtime, std::string target);
+  // A real folder of SRC at `path`, whose entries are made when it is first used (View::fill).
+  uint64_t add_real_dir(uint64_t parent, const std::string& name, struct timespec mtime, std::string path, bool plain);
+  // Another name for a real entry `of`: the same bytes, link target or folder (then `plain`).
+  uint64_t add_copy(uint64_t parent, const Inode& of);
+  void set_filled(uint64_t dir) { nodes_.at(dir - 1).filled.store(true); }
+  // Folder `dir` shows real folder `path`, whose entries are not made yet.
+  void make_real(uint64_t dir, std::string path) {
+    nodes_.at(dir - 1).real = std::move(path);
+    nodes_.at(dir - 1).filled.store(false);
+  }
   // A file rebuilt on every open (its text follows the source, e.g. `latest`).
   uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build);
   void set_growing(uint64_t dir, bool growing) { nodes_.at(dir - 1).growing.store(growing); }

@@ -39,10 +39,17 @@ struct ViewOptions {
   // source for tags saved after the mount; 0 serves the mount-time tags only.
   double rescan_seconds = 1.0;
   bool crc = false;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)
+  // -o max_shard_size: consolidated weights are split into shards of at most this many bytes, as
+  // zero_to_fp32.py --max_shard_size (huggingface_hub's rule: decimal units, 5GB by default).
+  uint64_t max_shard_bytes = 5'000'000'000;
+  // Where the view is mounted (absolute, as given to the kernel): never listed or looked into,
+  // since a request of the daemon to its own mount can wait on itself forever.
+  std::string mount_point;
 };
 
 struct MountStats {
   size_t refused_tags = 0;
+  size_t folders = 0;  // real folders in SRC that are not tags: they may hold checkpoints, indexed on first use
   size_t tags = 0, params = 0, files = 0, nodes = 0, shards = 0, cache_hits = 0;
   uint64_t state_bytes = 0;
   double index_seconds = 0;
@@ -65,7 +72,8 @@ struct FsStats {
 
 class View final : public LiveSource {
  public:
-  // Scans and indexes `source`. A tag that cannot be indexed is left out (see TagError); throws
+  // Scans `source` and indexes the tags it holds (those of folders below it are indexed when the
+  // folder is first used). A tag that cannot be indexed is left out (see TagError); throws
   // zm::Error naming the file (and parameter) when a --tag cannot be indexed.
   static std::unique_ptr<View> load(const std::string& source, const ViewOptions& opts = {});
   ~View() override;
@@ -75,7 +83,7 @@ class View final : public LiveSource {
   const FileTable& files() const { return files_; }
 
   // nullptr when the name does not exist (a negative entry, cacheable for negative_seconds). In
-  // a growing folder a miss first rescans SRC (refresh).
+  // a growing folder a miss first rescans its real folder (refresh).
   const Inode* lookup(uint64_t parent, std::string_view name) const;
   // Throws ENOENT for an inode the view never handed out.
   const Inode& inode(uint64_t ino) const;
@@ -107,13 +115,13 @@ class View final : public LiveSource {
   // EISDIR for a folder; EROFS for any write access mode or O_TRUNC; otherwise the file, built.
   // `reader`: the opening process, whose reads .zeromount/stats counts.
   OpenFile open(const Inode& n, int flags, int reader = 0) const;
-  // Adds the tags saved in SRC since the mount that now index cleanly (at most once per
-  // rescan_seconds; never waits for a rescan another thread is doing). True if any was added.
-  bool refresh() const;
+  // Shows what was saved into the real folder of growing folder `dir` (or of the checkpoint folder
+  // above it) since its last scan: new entries, and new tags once they index cleanly; forgets
+  // deleted tags. At most once per rescan_seconds per folder; never waits for a rescan another
+  // thread is doing. True if anything was added.
+  bool refresh(const Inode& dir) const;
 
-  // LiveSource: what the live files show.
-  std::string latest_text() const override;
-  std::optional<std::string> latest_tag() const override;
+  // LiveSource: what the live files of .zeromount/ show.
   std::string errors_text() const override;
   std::string stats_text() const override;
   FsStats statfs() const;
@@ -128,30 +136,45 @@ class View final : public LiveSource {
 
  private:
   struct Growth;
+  struct Folder;
+  friend struct Folder;
   View(const ViewOptions& opts, struct timespec mtime);
-  // Mirrors SRC's folder `real_dir` into `dir`, adding only names `dir` does not have yet.
-  void mirror(const std::string& real_dir, uint64_t dir) const;
-  // Indexes one tag folder and registers its shards; throws zm::Error when it cannot be indexed.
-  const MountedTag& add_tag(const std::string& tag_dir, bool* cache_hit = nullptr) const;
-  // Shows a tag indexed after the mount: its real folder, then every provider's folders.
-  void show_new_tag(const std::string& tag_dir, const MountedTag& tag) const;
-  bool served(const std::string& tag) const;
-  // The top-level `latest`: a live file showing latest_text().
-  uint64_t add_latest(ProviderContext& cx, struct timespec mtime) const;
-  // Takes SRC's `latest` if it names a served tag; returns the tag it names, served or not.
-  std::optional<std::string> follow_latest() const;
+  // Makes the entries of real folder `dir` if they are not made yet: its real entries and, for a
+  // folder that holds tags, their index and every provider's entries (fill.cpp).
+  void fill(const Inode& dir) const;
+  // The entries of `folder`'s real folder that `dir` does not show yet; tag folders are plain.
+  void mirror(const Folder* folder, const std::string& real_dir, uint64_t dir) const;
+  // Indexes one tag folder of `f` and registers its shards; throws zm::Error when it cannot be indexed.
+  const MountedTag& add_tag(Folder& f, const std::string& tag, bool* cache_hit = nullptr) const;
+  // Indexes the tags of `f` that are not served, each once per change of its folder. True if any was added.
+  bool index_new_tags(Folder& f, const std::vector<std::string>& tags, bool after_mount) const;
+  // Tag folders of `f` that do not index (yet): their real files, new ones included, in growing folders.
+  void show_partial_tags(const Folder& f, const std::vector<std::string>& tags) const;
+  // Shows tags of `f` indexed after its fill: their real folder, then every provider's entries.
+  void show_tags(Folder& f, const std::vector<const MountedTag*>& tags) const;
+  // The folder record of `dir`, or of the nearest real folder above it; nullptr for none.
+  Folder* folder_of(const Inode& dir) const;
+  bool refresh(Folder& f) const;
+  // Served tags of `f` (and of the folders below it) whose folder is gone: lost (see Folder::lose).
+  void forget_deleted(Folder& f, const std::vector<std::string>& present) const;
+  // A folder's `latest`: a live file showing f.latest_text().
+  uint64_t add_latest(Tree& tree, const Folder& f, struct timespec mtime) const;
+  // Takes the folder's `latest` if it names a served tag; returns the tag it names, served or not.
+  std::optional<std::string> follow_latest(Folder& f) const;
+  // What the `latest` of the folder at inode `folder` shows now.
+  std::string latest_text(uint64_t folder) const;
+  ProviderContext context(Tree& tree, const Folder& f, bool building) const;
 
   ViewOptions opts_;
   // Both only grow after the load (refresh), each under its own lock: the View stays logically const.
   mutable Tree tree_;
   mutable FileTable files_;
   MountStats stats_;
-  std::string root_;      // SRC, absolute
-  std::string root_tag_;  // SRC's name when SRC is itself a tag folder, else empty
+  std::string root_;  // SRC, absolute
   mutable std::atomic<uint64_t> real_bytes_{0};
   uid_t uid_ = 0;
   gid_t gid_ = 0;
-  // What changes while mounted: the tags (appended only), latest, errors, read counters.
+  // What changes while mounted: the folders and their tags (appended only), latest, errors, read counters.
   std::unique_ptr<Growth> growth_;
 
   // LRU of built files, by inode, bounded by cache_bytes.

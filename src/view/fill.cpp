@@ -1,0 +1,266 @@
+// Making a real folder's entries on its first use (docs/ARCHITECTURE.md, "Folders"): its real
+// entries, the index of the tags it holds, and every provider's entries beside them. A folder of
+// any depth that holds tag folders is a checkpoint folder (SRC, a Trainer's checkpoint-N/, an
+// Accelerate checkpoint_N/): it gets the same made-up entries SRC gets.
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "growth.h"
+#include "zeromount/ds/checkpoint.h"
+#include "zeromount/ds/index_cache.h"
+#include "zeromount/pt/error.h"
+
+namespace zm::view {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RealEntry {
+  std::string name, path;
+  struct stat st {};
+};
+
+// The entries of a real folder, sorted by name; `skip` (the mount point) is never looked into.
+std::vector<RealEntry> list_real(const std::string& dir, const std::string& skip, bool* listed = nullptr) {
+  std::vector<RealEntry> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    RealEntry e{it->path().filename().string(), it->path().string()};
+    if (e.path == skip || ::lstat(e.path.c_str(), &e.st) != 0) continue;  // our own mount; gone since listed
+    out.push_back(std::move(e));
+  }
+  if (listed) *listed = !ec;
+  if (ec)  // shown as the kernel would: the folder with its own mode, which says who may list it
+    spdlog::warn("{}: cannot list ({}); shown empty", dir, ec.message());
+  std::sort(out.begin(), out.end(), [](const RealEntry& a, const RealEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace
+
+uint64_t View::add_latest(Tree& tree, const Folder& f, struct timespec mtime) const {
+  const Folder* folder = &f;
+  return add_live_text(tree, f.node, "latest", [folder] { return folder->latest_text(); }, mtime);
+}
+
+ProviderContext View::context(Tree& tree, const Folder& f, bool building) const {
+  return ProviderContext(tree, files_, opts_, *this, f, building);
+}
+
+void View::mirror(const Folder* f, const std::string& real_dir, uint64_t dir) const {
+  Tree& tree = tree_;  // under Tree::append
+  for (const RealEntry& e : list_real(real_dir, opts_.mount_point)) {
+    if (tree.lookup(dir, e.name)) continue;  // shown before: a name keeps its meaning
+    const struct stat& st = e.st;
+    try {
+      if (S_ISLNK(st.st_mode)) {
+        // Links stay links (dangling ones and loops included): readlink gives the stored target.
+        std::string target(size_t(st.st_size > 0 ? st.st_size : 4096), '\0');
+        const ssize_t n = ::readlink(e.path.c_str(), target.data(), target.size());
+        if (n < 0) continue;
+        target.resize(size_t(n));
+        tree.set_access(tree.add_link(dir, e.name, st.st_mtim, target), access_of(st));
+      } else if (S_ISDIR(st.st_mode)) {
+        // Tag folders show their real files only; other folders may hold checkpoints of their own.
+        const bool plain = !f || f->is_tag(e.name);
+        tree.set_access(tree.add_real_dir(dir, e.name, st.st_mtim, e.path, plain), access_of(st));
+      } else if (S_ISREG(st.st_mode) && f && e.name == "latest" && st.st_size <= ds::kLatestMaxBytes) {
+        // DeepSpeed rewrites `latest` in place after every save: a live file, so that a rewrite
+        // (or a touch) never makes it ESTALE, and it always names a tag the view serves.
+        tree.set_access(add_latest(tree, *f, st.st_mtim), access_of(st));
+        real_bytes_ += uint64_t(st.st_size);
+      } else if (S_ISREG(st.st_mode)) {
+        add_real_file(tree, files_, dir, e.name, e.path);
+        real_bytes_ += uint64_t(st.st_size);
+      }
+    } catch (const Error& err) {
+      spdlog::warn("{}: not shown: {}", e.path, err.what());
+    }
+  }
+}
+
+const MountedTag& View::add_tag(Folder& f, const std::string& tag, bool* cache_hit) const {
+  const std::string td = f.own_tag.empty() ? f.real + "/" + tag : f.real;
+  auto ix = ds::index_tag_cached(td, cache_hit, opts_.tp_strict);
+  ix->tag = tag;  // a linked tag is named by its link, not its target
+  auto mt = std::make_unique<MountedTag>();
+  mt->index = ix.get();
+  mt->crc_source = opts_.crc ? &files_ : nullptr;
+  std::vector<Access> shard_access;
+  for (const auto& s : ix->shards) {
+    const uint32_t id = files_.add(s.path);
+    files_.expect(id, s.size, s.mtime_ns, s.inode);
+    mt->file_of_shard.push_back(id);
+    shard_access.push_back(access_of(files_.stat(id)));
+  }
+  struct stat tag_st {};
+  ::stat(td.c_str(), &tag_st);
+  mt->folder = access_of(tag_st);
+  mt->files = least_of(shard_access);
+  const MountedTag& t = *mt;
+  f.indexes.push_back(std::move(ix));
+  f.tags.push_back(std::move(mt));
+  f.serve(tag);
+  return t;
+}
+
+bool View::index_new_tags(Folder& f, const std::vector<std::string>& tags, bool after_mount) const {
+  bool added = false;
+  for (const auto& tag : tags) {
+    {
+      std::lock_guard<std::mutex> lock(f.mu);
+      f.known.insert(tag);
+      if (f.served.count(tag) || f.lost.count(tag)) continue;
+    }
+    if (!opts_.tags.empty() && std::find(opts_.tags.begin(), opts_.tags.end(), tag) == opts_.tags.end()) continue;
+    const std::string td = f.own_tag.empty() ? f.real + "/" + tag : f.real;
+    std::string fp = fingerprint(td);
+    if (auto it = f.attempts.find(tag); it != f.attempts.end() && it->second == fp) continue;
+    // One tag that cannot be indexed (a save in progress, a truncated rank) never takes the rest of
+    // the folder down: it is shown as its real files only, and the reason is logged and kept in
+    // .zeromount/errors. A tag named with --tag must index.
+    try {
+      bool hit = false;
+      const MountedTag& t = add_tag(f, tag, &hit);
+      std::lock_guard<std::mutex> lock(growth_->mu);
+      growth_->cache_hits += hit;
+      if (after_mount) {
+        ++growth_->tags_after_mount;
+        spdlog::info("{}: indexed after the mount, now served ({} parameters)", f.inside(tag),
+                     t.index->params.size());
+      }
+      added = true;
+    } catch (const Error& e) {
+      if (!opts_.tags.empty()) throw;
+      if (after_mount)  // most often a save still in progress: tried again once the folder changes
+        spdlog::info("{}: not served yet: {}", f.inside(tag), e.what());
+      else
+        spdlog::error("{}: not served: {}", f.inside(tag), e.what());
+      f.refuse(tag, e.what(), std::move(fp));
+    }
+  }
+  return added;
+}
+
+void View::show_tags(Folder& f, const std::vector<const MountedTag*>& tags) const {
+  if (tags.empty()) return;
+  tree_.append([&](Tree& tree) {
+    for (const MountedTag* t : tags) {
+      const std::string& name = t->index->tag;
+      const Inode* had = tree.lookup(f.node, name);
+      if (had && had->made_by) continue;  // the name means something else already
+      if (had && had->dir && had->plain) {  // refused before: its real folder may have gained files
+        if (had->filled) mirror(nullptr, had->real, had->ino);
+        tree.set_growing(had->ino, false);
+      } else if (!had) {
+        mirror(&f, f.real, f.node);  // a tag saved since the last scan
+      }
+    }
+    if (!tree.lookup(f.node, "latest") && ds::read_latest(f.real))  // the first save into an empty folder
+      add_latest(tree, f, tree.get(f.node)->mtime);
+    follow_latest(f);
+    ProviderContext cx = context(tree, f, !f.built);
+    for (const auto& p : providers()) {
+      for (const MountedTag* t : tags) p->add_tag(cx, *t);
+      if (!f.built) p->add_folder(cx, tags);
+    }
+    f.built = true;
+  });
+}
+
+void View::show_partial_tags(const Folder& f, const std::vector<std::string>& tags) const {
+  Tree& tree = tree_;  // under Tree::append
+  const bool growing = opts_.rescan_seconds > 0 && opts_.tags.empty() && f.own_tag.empty();
+  for (const auto& tag : tags)
+    if (const Inode* d = tree.lookup(f.node, tag); d && d->dir && d->plain && !f.is_served(tag)) {
+      if (d->filled) mirror(nullptr, d->real, d->ino);  // a save in progress: its files may still arrive
+      tree.set_growing(d->ino, growing);
+    }
+}
+
+void View::fill(const Inode& dir) const {
+  if (dir.filled.load()) return;
+  Growth& g = *growth_;
+  std::lock_guard<std::mutex> filling(g.fill_mu);
+  if (dir.filled.load()) return;
+  if (dir.plain || (!opts_.tags.empty() && dir.ino != Tree::kRoot)) {  // --tag serves SRC's own tags only
+    tree_.append([&](Tree& tree) {
+      mirror(nullptr, dir.real, dir.ino);
+      tree.set_filled(dir.ino);
+    });
+    return;
+  }
+  auto made = std::make_unique<Folder>();
+  Folder& f = *made;
+  f.view = this;
+  f.node = dir.ino;
+  f.real = dir.real;
+  f.rel = dir.ino == Tree::kRoot ? "" : describe(dir).substr(1);
+  if (const Folder* above = dir.ino == Tree::kRoot ? nullptr : folder_of(*tree_.get(dir.parent))) f.parent = above->node;
+  ds::CheckpointDir scan;
+  try {
+    scan = ds::scan_checkpoint(dir.real);
+  } catch (const Error& e) {
+    spdlog::warn("{}: {}", dir.real, e.what());
+  }
+  std::vector<std::string> tags = scan.tags;
+  if (dir.ino == Tree::kRoot && scan.root_is_tag) {  // a tag folder mounted alone: a folder holding that tag
+    f.own_tag = fs::path(dir.real).filename().string();
+    tags = {f.own_tag};
+  }
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.folders.emplace(f.node, std::move(made));
+    g.order.push_back(&f);
+  }
+  index_new_tags(f, tags, false);
+  f.last_scan = Clock::now();
+  {
+    const std::optional<std::string> text = f.own_tag.empty() ? ds::read_latest(f.real) : std::optional(f.own_tag);
+    std::lock_guard<std::mutex> lock(f.mu);
+    f.shown_latest = text.value_or("");
+    const std::string named = ds::latest_tag(f.shown_latest);
+    if (f.served.count(named)) {
+      f.shown_tag = named;
+    } else if (text && !f.served.empty()) {  // show the newest tag served, never one that is not
+      const std::string newest = *std::max_element(f.served.begin(), f.served.end(), ds::tag_order);
+      f.latest_note = "names " + named + ", which is not served; showing " + newest + ", the newest tag served";
+      f.shown_latest = newest;
+      f.shown_tag = newest;
+    } else if (text) {
+      f.latest_note = "names " + named + ", which is not served";
+    }
+  }
+  const bool growing = opts_.rescan_seconds > 0 && opts_.tags.empty() && f.own_tag.empty();
+  tree_.append([&](Tree& tree) {
+    if (!f.own_tag.empty()) {
+      struct stat st {};
+      ::stat(f.real.c_str(), &st);
+      tree.set_access(tree.add_real_dir(f.node, f.own_tag, st.st_mtim, f.real, true), access_of(st));
+      Access text = access_of(st);
+      text.perm &= 0444;
+      tree.set_access(add_text(tree, f.node, "latest", f.own_tag, st.st_mtim), text);
+    } else {
+      mirror(&f, f.real, f.node);
+    }
+    tree.set_growing(f.node, growing);
+    std::vector<const MountedTag*> served;
+    for (const auto& t : f.tags) served.push_back(t.get());
+    show_partial_tags(f, tags);
+    ProviderContext cx = context(tree, f, true);
+    for (const auto& p : providers()) {
+      for (const MountedTag* t : served) p->add_tag(cx, *t);
+      if (!served.empty()) p->add_folder(cx, served);
+      if (f.node == Tree::kRoot) p->add_mount(tree, *this);
+    }
+    f.built = !served.empty();
+    tree.set_filled(f.node);
+  });
+}
+
+}  // namespace zm::view

@@ -1,0 +1,221 @@
+#include "zeromount/view/weights.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <functional>
+
+#include "zeromount/pt/convert.h"
+#include "zeromount/pt/error.h"
+#include "zeromount/pt/text.h"
+#include "zeromount/view/universal.h"
+
+namespace zm::view {
+
+namespace {
+
+// One tensor of a safetensors file: its header entry, and how its bytes join the file.
+struct Item {
+  const std::string* name;
+  size_t shares = SIZE_MAX;  // an alias: the position of the tensor whose bytes it repeats
+  pt::DType dtype;
+  const std::vector<int64_t>* shape;
+  uint64_t bytes;
+  size_t pieces;
+  std::function<void(pt::VirtualFile&)> append;
+};
+
+// A tensor stored whole or as rank partitions; ZeRO-3 partitions end in padding, cut here.
+Item plain_item(const MountedTag& t, const ds::PlainTensor& p) {
+  const uint64_t bytes = p.numel() * pt::element_size(p.dtype);
+  return {&p.name, SIZE_MAX, p.dtype, &p.shape, bytes, p.data.size(), [&t, &p, bytes](pt::VirtualFile& f) {
+            uint64_t left = bytes;
+            for (pt::Extent x : p.data) {
+              x.length = std::min(x.length, left);
+              left -= x.length;
+              f.append_extent(t.map(x));
+            }
+          }};
+}
+
+std::vector<pt::Extent> master_extents(const MountedTag& t, const ds::Param& p) {
+  std::vector<pt::Extent> out;
+  for (const auto& fr : t.index->fragments(p, 0)) out.push_back(t.map(fr.extent));
+  return out;
+}
+
+// A trainable parameter in `dtype`: the master as stored, the module weight the source saved
+// (ZeRO-1/2, BF16_Optimizer), or the master rounded to nearest even as DeepSpeed makes it (ZeRO-3).
+Item param_item(const MountedTag& t, const ds::Param& p, size_t k, pt::DType dtype) {
+  const ds::TagIndex& ix = *t.index;
+  const uint64_t bytes = p.numel * pt::element_size(dtype);
+  if (dtype == ix.master_dtype)  // a parallel parameter's merge is one piece, maybe computed
+    return {&p.name,
+            SIZE_MAX,
+            dtype,
+            &p.shape,
+            bytes,
+            ix.parallel() ? 1 : ix.fragments(p, 0).size(),
+            [&t, &p](pt::VirtualFile& f) { append_param_bytes(f, t, p, 0); }};
+  if (k < ix.module_weights.size() && ix.module_weights[k].dtype == dtype) {
+    Item it = plain_item(t, ix.module_weights[k]);
+    it.name = &p.name;
+    return it;
+  }
+  return {&p.name, SIZE_MAX, dtype, &p.shape, bytes, 1, [&t, &p, dtype](pt::VirtualFile& f) {
+            f.append_computed(std::make_shared<pt::ConvertedExtents>(master_extents(t, p), t.index->master_dtype, dtype,
+                                                                     p.numel, p.name + " (fp32 master)"));
+          }};
+}
+
+// Every tensor in zero_to_fp32.py's order: buffers, frozen parameters, trainable parameters,
+// then the aliases of shared (tied) parameters, which repeat their tensor's bytes under their own
+// name (the Trainer's own model.safetensors keeps both names of a tie too).
+std::vector<Item> weight_items(const MountedTag& t, Weights which) {
+  const ds::TagIndex& ix = *t.index;
+  const pt::DType dtype = which == Weights::Master ? ix.master_dtype : ix.module_dtype;
+  std::vector<Item> items;
+  for (const auto& b : ix.buffers) items.push_back(plain_item(t, b));
+  // Frozen parameters keep their stored dtype. ZeRO-1 and BF16_Optimizer store them only in the
+  // module (zero_to_fp32.py drops them); ZeRO-2/3 also in frozen_param_fragments.
+  std::vector<std::string> seen;
+  const auto& frozen = which == Weights::Training && ix.stage != 3 ? ix.module_frozen : ix.frozen;
+  for (const auto& f : frozen) {
+    items.push_back(plain_item(t, f));
+    seen.push_back(f.name);
+  }
+  if (which == Weights::Master)
+    for (const auto& f : ix.module_frozen)
+      if (std::find(seen.begin(), seen.end(), f.name) == seen.end()) items.push_back(plain_item(t, f));
+  for (size_t k = 0; k < ix.params.size(); ++k) items.push_back(param_item(t, ix.params[k], k, dtype));
+  const size_t own = items.size();
+  for (const auto& [alias, canon] : ix.shared)
+    for (size_t k = 0; k < own; ++k)
+      if (*items[k].name == canon) {
+        Item copy = items[k];
+        copy.name = &alias;
+        copy.shares = k;
+        items.push_back(copy);
+        break;
+      }
+  return items;
+}
+
+}  // namespace
+
+WeightShards plan_weights(const MountedTag& t, Weights which, uint64_t max_bytes) {
+  const std::vector<Item> items = weight_items(t, which);
+  WeightShards plan;
+  std::vector<size_t> current;
+  uint64_t current_bytes = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    plan.names.push_back(*items[k].name);
+    if (items[k].shares != SIZE_MAX) continue;  // placed with its tensor below
+    const uint64_t bytes = items[k].bytes;
+    plan.total_size += bytes;
+    if (bytes > max_bytes) {
+      plan.tensors.push_back({k});
+      continue;
+    }
+    if (current_bytes + bytes > max_bytes) {
+      plan.tensors.push_back(std::move(current));
+      current = {};
+      current_bytes = 0;
+    }
+    current.push_back(k);
+    current_bytes += bytes;
+  }
+  if (!current.empty() || plan.tensors.empty()) plan.tensors.push_back(std::move(current));
+  for (size_t k = 0; k < items.size(); ++k)
+    if (items[k].shares != SIZE_MAX)
+      for (auto& shard : plan.tensors)
+        if (std::find(shard.begin(), shard.end(), items[k].shares) != shard.end()) {
+          shard.push_back(k);
+          break;
+        }
+  const size_t n = plan.tensors.size();
+  auto five = [](size_t v) {
+    std::string s = std::to_string(v);
+    return std::string(s.size() < 5 ? 5 - s.size() : 0, '0') + s;
+  };
+  for (size_t k = 0; k < n; ++k)
+    plan.files.push_back(n == 1 ? "model.safetensors" : "model-" + five(k + 1) + "-of-" + five(n) + ".safetensors");
+  return plan;
+}
+
+pt::VirtualFile weights_file(const MountedTag& t, Weights which, const std::vector<size_t>& tensors) {
+  // Two passes over small records (the header, then the data extents), so that the only large
+  // thing built is the VirtualFile itself: one segment per (parameter, rank) piece.
+  const std::vector<Item> all = weight_items(t, which);
+  std::vector<const Item*> items;
+  for (size_t k : tensors) items.push_back(&all.at(k));
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  uint64_t at = 0;
+  for (const Item* e : items) {
+    header += "," + pt::json_escape(*e->name) + ":{\"dtype\":\"" + std::string(pt::safetensors_name(e->dtype)) +
+              "\",\"shape\":" + pt::shape_text(*e->shape) + ",\"data_offsets\":[" + std::to_string(at) + "," +
+              std::to_string(at + e->bytes) + "]}";
+    at += e->bytes;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');  // tensors start 8-byte aligned
+  std::string len(8, '\0');
+  for (int k = 0; k < 8; ++k) len[size_t(k)] = char(uint64_t(header.size()) >> (8 * k));
+  pt::VirtualFile f;
+  size_t pieces = 1;
+  for (const Item* e : items) pieces += e->pieces;
+  f.reserve(pieces);
+  f.append_inline(len + header);
+  for (const Item* e : items) {
+    const uint64_t before = f.size();
+    e->append(f);
+    if (f.size() - before != e->bytes)
+      throw Error(*e->name + ": " + std::to_string(f.size() - before) + " bytes where its shape needs " +
+                      std::to_string(e->bytes),
+                  EIO);
+  }
+  return f;
+}
+
+std::string weights_index(const WeightShards& plan) {
+  std::vector<std::pair<std::string, const std::string*>> map;
+  for (size_t s = 0; s < plan.files.size(); ++s)
+    for (size_t k : plan.tensors[s]) map.emplace_back(plan.names[k], &plan.files[s]);
+  std::sort(map.begin(), map.end());
+  std::string j = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(plan.total_size) +
+                  "\n  },\n  \"weight_map\": {";
+  for (size_t k = 0; k < map.size(); ++k)
+    j += (k ? ",\n    " : "\n    ") + pt::json_escape(map[k].first) + ": " + pt::json_escape(*map[k].second);
+  return j + (map.empty() ? "}\n}\n" : "\n  }\n}\n");
+}
+
+uint64_t parse_shard_size(const std::string& text) {
+  static const std::pair<const char*, double> kUnits[] = {{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}};
+  const auto bad = [&] {
+    return Error("max_shard_size: '" + text + "' is not a size (a number of bytes, or e.g. 5GB, 500MB: KB, MB, GB, "
+                 "TB are powers of 1000, as huggingface_hub reads them)",
+                 EINVAL);
+  };
+  std::string s = text;
+  double mult = 1;
+  if (s.size() > 2) {
+    std::string unit = s.substr(s.size() - 2);
+    std::transform(unit.begin(), unit.end(), unit.begin(), ::toupper);
+    for (const auto& [u, m] : kUnits)
+      if (unit == u) {
+        mult = m;
+        s.resize(s.size() - 2);
+      }
+  }
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    throw bad();
+  }
+  if (used != s.size() || !(v * mult >= 1) || v * mult > 1e18) throw bad();
+  return uint64_t(v * mult);
+}
+
+}  // namespace zm::view
