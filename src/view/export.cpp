@@ -100,6 +100,20 @@ void remove_dead_exports(const fs::path& target) {
   }
 }
 
+// The made-up entries of kind `what` in every checkpoint folder at or below `dir` (real folders
+// are walked: a Trainer's output_dir holds one checkpoint folder per checkpoint-N/).
+void made_entries(const View& v, const Inode& dir, const std::string& rel, const std::string& what,
+                  std::vector<std::pair<const Inode*, std::string>>& out) {
+  for (auto e = v.dir_entry(dir, 2); e; e = v.dir_entry(dir, e->next)) {
+    const Inode& n = *e->node;
+    const std::string path = rel.empty() ? n.name : rel + "/" + n.name;
+    if (wanted(n, what))
+      out.emplace_back(&n, path);
+    else if (n.dir && !n.made_by && !n.real.empty() && !n.plain)
+      made_entries(v, n, path, what, out);
+  }
+}
+
 }  // namespace
 
 ExportResult export_view(const View& v, const std::string& out, const ExportOptions& o) {
@@ -115,15 +129,19 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
     std::ofstream(tmp + "/.zeromount-pid") << getpid() << "\n";
     std::vector<Job> files;
     std::vector<std::string> dirs;
-    for (auto e = v.dir_entry(root, 2); e; e = v.dir_entry(root, e->next)) {
-      const Inode& top = *e->node;
-      if (!wanted(top, o.what)) continue;
+    std::vector<std::pair<const Inode*, std::string>> made;  // wanted made-up entries, by path below SRC
+    made_entries(v, root, "", o.what, made);
+    if (!o.below.empty() && made.size() > 1)
+      throw Error("export: " + std::to_string(made.size()) + " checkpoint folders have a " + made[0].first->name +
+                      "/ folder (" + made[0].second + ", " + made[1].second + ", ...): export one of them",
+                  EINVAL);
+    for (const auto& [top, rel] : made) {
       if (o.below.empty()) {
-        collect(v, top, tmp + "/" + top.name, files, dirs);
-      } else if (const Inode* n = v.lookup(top.ino, o.below)) {
+        collect(v, *top, tmp + "/" + rel, files, dirs);
+      } else if (const Inode* n = v.lookup(top->ino, o.below)) {
         collect(v, *n, tmp, files, dirs);
       } else {
-        throw Error("export: " + top.name + "/" + o.below + " does not exist (see " + top.name + "/README)", ENOENT);
+        throw Error("export: " + rel + "/" + o.below + " does not exist (see " + rel + "/README)", ENOENT);
       }
     }
     if (files.empty())

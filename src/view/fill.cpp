@@ -45,7 +45,8 @@ std::vector<RealEntry> list_real(const std::string& dir, const std::string& skip
 
 uint64_t View::add_latest(Tree& tree, const Folder& f, struct timespec mtime) const {
   const Folder* folder = &f;
-  return add_live_text(tree, f.node, "latest", [folder] { return folder->latest_text(); }, mtime);
+  return add_live_text(
+      tree, f.node, "latest", [folder] { return folder->latest_text(); }, mtime);
 }
 
 ProviderContext View::context(Tree& tree, const Folder& f, bool building) const {
@@ -131,8 +132,7 @@ bool View::index_new_tags(Folder& f, const std::vector<std::string>& tags, bool 
       growth_->cache_hits += hit;
       if (after_mount) {
         ++growth_->tags_after_mount;
-        spdlog::info("{}: indexed after the mount, now served ({} parameters)", f.inside(tag),
-                     t.index->params.size());
+        spdlog::info("{}: indexed after the mount, now served ({} parameters)", f.inside(tag), t.index->params.size());
       }
       added = true;
     } catch (const Error& e) {
@@ -153,7 +153,7 @@ void View::show_tags(Folder& f, const std::vector<const MountedTag*>& tags) cons
     for (const MountedTag* t : tags) {
       const std::string& name = t->index->tag;
       const Inode* had = tree.lookup(f.node, name);
-      if (had && had->made_by) continue;  // the name means something else already
+      if (had && had->made_by) continue;    // the name means something else already
       if (had && had->dir && had->plain) {  // refused before: its real folder may have gained files
         if (had->filled) mirror(nullptr, had->real, had->ino);
         tree.set_growing(had->ino, false);
@@ -201,7 +201,8 @@ void View::fill(const Inode& dir) const {
   f.node = dir.ino;
   f.real = dir.real;
   f.rel = dir.ino == Tree::kRoot ? "" : describe(dir).substr(1);
-  if (const Folder* above = dir.ino == Tree::kRoot ? nullptr : folder_of(*tree_.get(dir.parent))) f.parent = above->node;
+  if (const Folder* above = dir.ino == Tree::kRoot ? nullptr : folder_of(*tree_.get(dir.parent)))
+    f.parent = above->node;
   ds::CheckpointDir scan;
   try {
     scan = ds::scan_checkpoint(dir.real);

@@ -182,8 +182,8 @@ std::string weights_index(const WeightShards& plan) {
   for (size_t s = 0; s < plan.files.size(); ++s)
     for (size_t k : plan.tensors[s]) map.emplace_back(plan.names[k], &plan.files[s]);
   std::sort(map.begin(), map.end());
-  std::string j = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(plan.total_size) +
-                  "\n  },\n  \"weight_map\": {";
+  std::string j =
+      "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(plan.total_size) + "\n  },\n  \"weight_map\": {";
   for (size_t k = 0; k < map.size(); ++k)
     j += (k ? ",\n    " : "\n    ") + pt::json_escape(map[k].first) + ": " + pt::json_escape(*map[k].second);
   return j + (map.empty() ? "}\n}\n" : "\n  }\n}\n");
@@ -192,8 +192,9 @@ std::string weights_index(const WeightShards& plan) {
 uint64_t parse_shard_size(const std::string& text) {
   static const std::pair<const char*, double> kUnits[] = {{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}};
   const auto bad = [&] {
-    return Error("max_shard_size: '" + text + "' is not a size (a number of bytes, or e.g. 5GB, 500MB: KB, MB, GB, "
-                 "TB are powers of 1000, as huggingface_hub reads them)",
+    return Error("-o max_shard_size: '" + text +
+                     "' is not a size (a number of bytes, or e.g. 5GB, 500MB: KB, MB, GB, "
+                     "TB are powers of 1000, as huggingface_hub reads them)",
                  EINVAL);
   };
   std::string s = text;
