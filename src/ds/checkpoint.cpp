@@ -82,7 +82,7 @@ std::string latest_tag(std::string_view text) {
   return b == std::string_view::npos ? "" : std::string(text.substr(b, text.find_last_not_of(kSpace) - b + 1));
 }
 
-CheckpointDir scan_checkpoint(const std::string& path) {
+CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip) {
   CheckpointDir c;
   std::error_code ec;
   c.root = fs::canonical(path, ec).string();
@@ -95,7 +95,7 @@ CheckpointDir scan_checkpoint(const std::string& path) {
   std::map<std::string, std::pair<bool, std::string>> by_target;  // canonical -> (is a link, name)
   for (fs::directory_iterator it(c.root, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
-    if (!it->is_directory(e2) || !holds_optim_states(it->path())) continue;
+    if (it->path() == skip || !it->is_directory(e2) || !holds_optim_states(it->path())) continue;
     const std::string target = fs::canonical(it->path(), e2).string();
     if (e2) continue;
     const bool link = it->is_symlink(e2);

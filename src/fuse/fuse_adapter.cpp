@@ -93,11 +93,21 @@ std::string extents_read(const view::OpenFile& f, uint64_t off, size_t n) {
   return out.empty() ? "nothing" : out;
 }
 
-fuse_entry_param entry(const view::View& v, const view::Inode& n) {
+// Who sent the request: files that show each reader its own view are built for it.
+view::Caller caller_of(fuse_req_t req) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  view::Caller who{int(c->pid), c->uid, c->gid, {}};
+  gid_t groups[64];
+  const int n = fuse_req_getgroups(req, 64, groups);  // negative where /proc cannot tell
+  if (n > 0) who.groups.assign(groups, groups + std::min(n, 64));
+  return who;
+}
+
+fuse_entry_param entry(const view::View& v, const view::Inode& n, const view::Caller& who) {
   fuse_entry_param e{};
   e.ino = n.ino;
   e.generation = 1;
-  e.attr = v.attr(n);
+  e.attr = v.attr(n, who);
   e.entry_timeout = v.cache_seconds();
   e.attr_timeout = v.attr_seconds(n);
   return e;
@@ -124,7 +134,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     }
     fuse_entry_param e{};  // ino 0: a negative entry, cached as long as the view allows
     if (n)
-      e = entry(v, *n);
+      e = entry(v, *n, caller_of(req));
     else
       e.entry_timeout = v.negative_seconds(v.inode(parent));
     fuse_reply_entry(req, &e);
@@ -137,7 +147,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   const view::View& v = view_of(req);
   try {
     const view::Inode& n = v.inode(ino);
-    struct stat st = v.attr(n);
+    struct stat st = v.attr(n, caller_of(req));
     fuse_reply_attr(req, &st, v.attr_seconds(n));
   } catch (...) {
     fuse_reply_err(req, current_errno(req, "getattr", v.tree().get(ino)));
@@ -181,7 +191,7 @@ void readdir_impl(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
         if (fuse_add_direntry_plus(req, nullptr, 0, name.c_str(), nullptr, 0) > size - used) break;
         fuse_entry_param p{};  // ino 0: no attributes; the kernel looks the entry up when asked
         if (v.attr_ready(*e->node)) {
-          p = entry(v, *e->node);
+          p = entry(v, *e->node, caller_of(req));
         } else {
           p.attr.st_ino = e->node->ino;
           p.attr.st_mode = S_IFREG;
@@ -212,7 +222,7 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const view::View& v = view_of(req);
   try {
-    auto h = std::make_unique<view::OpenFile>(v.open(v.inode(ino), fi->flags, int(fuse_req_ctx(req)->pid)));
+    auto h = std::make_unique<view::OpenFile>(v.open(v.inode(ino), fi->flags, caller_of(req)));
     if (debugging())
       spdlog::debug("open {}: {} bytes in {} segments", v.describe(h->inode()), h->size(),
                     h->content().segments().size());

@@ -26,15 +26,15 @@ struct RealEntry {
 };
 
 // The entries of a real folder, sorted by name; `skip` (the mount point) is never looked into.
-std::vector<RealEntry> list_real(const std::string& dir, const std::string& skip, bool* listed = nullptr) {
+std::vector<RealEntry> list_real(const std::string& dir, const std::string& skip) {
   std::vector<RealEntry> out;
+  if (dir == skip) return out;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     RealEntry e{it->path().filename().string(), it->path().string()};
     if (e.path == skip || ::lstat(e.path.c_str(), &e.st) != 0) continue;  // our own mount; gone since listed
     out.push_back(std::move(e));
   }
-  if (listed) *listed = !ec;
   if (ec)  // shown as the kernel would: the folder with its own mode, which says who may list it
     spdlog::warn("{}: cannot list ({}); shown empty", dir, ec.message());
   std::sort(out.begin(), out.end(), [](const RealEntry& a, const RealEntry& b) { return a.name < b.name; });
@@ -205,7 +205,7 @@ void View::fill(const Inode& dir) const {
     f.parent = above->node;
   ds::CheckpointDir scan;
   try {
-    scan = ds::scan_checkpoint(dir.real);
+    if (dir.real != opts_.mount_point) scan = ds::scan_checkpoint(dir.real, opts_.mount_point);
   } catch (const Error& e) {
     spdlog::warn("{}: {}", dir.real, e.what());
   }
@@ -214,6 +214,7 @@ void View::fill(const Inode& dir) const {
     f.own_tag = fs::path(dir.real).filename().string();
     tags = {f.own_tag};
   }
+  std::lock_guard<std::mutex> scanning(f.scan_mu);  // what is indexed now is appended under scan_mu
   {
     std::lock_guard<std::mutex> lock(g.mu);
     g.folders.emplace(f.node, std::move(made));

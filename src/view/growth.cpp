@@ -82,7 +82,8 @@ bool View::refresh(const Inode& dir) const {
 }
 
 bool View::refresh(Folder& f) const {
-  if (opts_.rescan_seconds <= 0 || !f.own_tag.empty() || !opts_.tags.empty()) return false;
+  if (opts_.rescan_seconds <= 0 || !f.own_tag.empty() || !opts_.tags.empty() || f.real == opts_.mount_point)
+    return false;
   std::unique_lock scanning(f.scan_mu, std::try_to_lock);
   if (!scanning) return false;  // another request is rescanning; it adds what is new
   const auto now = Clock::now();
@@ -90,7 +91,7 @@ bool View::refresh(Folder& f) const {
   f.last_scan = now;
   ds::CheckpointDir dir;
   try {
-    dir = ds::scan_checkpoint(f.real);
+    dir = ds::scan_checkpoint(f.real, opts_.mount_point);
   } catch (const Error& e) {
     spdlog::warn("rescan: {}", e.what());
     return false;
@@ -165,22 +166,41 @@ std::string View::latest_text(uint64_t folder) const {
   return f->shown_latest;
 }
 
-std::string View::errors_text() const {
+bool View::may_list(const Caller& who, uint64_t dir, const std::string& name) const {
+  const Inode* n = tree_.lookup(dir, name);
+  if (!n || !who.may(access(*n), n->dir ? 0555 : 0444)) return false;
+  for (const Inode* p = tree_.get(n->parent);; p = tree_.get(p->parent)) {  // every folder on the way
+    if (!who.may(access(*p), 0111)) return false;
+    if (p->ino == Tree::kRoot) return true;
+  }
+}
+
+std::string View::errors_text(const Caller& who) const {
   std::vector<const Folder*> folders;
   {
     std::lock_guard<std::mutex> lock(growth_->mu);
     folders = growth_->order;
   }
+  // Reasons name files by their path in the mount, never by where SRC is.
+  const auto inside = [&](std::string reason) {
+    for (size_t at; (at = reason.find(root_ + "/")) != std::string::npos;) reason.erase(at, root_.size() + 1);
+    return reason;
+  };
   std::string text;
   for (const Folder* f : folders) {
-    std::lock_guard<std::mutex> lock(f->mu);
-    for (const auto& e : f->errors) text += f->inside(e.tag) + ": " + e.reason + "\n";
-    if (!f->latest_note.empty()) text += f->inside("latest") + ": " + f->latest_note + "\n";
+    std::vector<std::pair<std::string, std::string>> lines;  // (entry it is about, line)
+    {
+      std::lock_guard<std::mutex> lock(f->mu);
+      for (const auto& e : f->errors) lines.emplace_back(e.tag, f->inside(e.tag) + ": " + inside(e.reason) + "\n");
+      if (!f->latest_note.empty()) lines.emplace_back("latest", f->inside("latest") + ": " + f->latest_note + "\n");
+    }
+    for (const auto& [entry, line] : lines)
+      if (may_list(who, f->node, entry)) text += line;
   }
   return text;
 }
 
-std::string View::stats_text() const {
+std::string View::stats_text(const Caller& who) const {
   const Growth& g = *growth_;
   size_t served = 0, refused = 0;
   std::vector<const Folder*> folders;
@@ -196,14 +216,15 @@ std::string View::stats_text() const {
   }
   std::lock_guard<std::mutex> lock(g.mu);
   uint64_t requests = 0;
-  for (const auto& [pid, c] : g.readers) requests += c->requests.load(std::memory_order_relaxed);
+  for (const auto& [reader, c] : g.readers) requests += c->requests.load(std::memory_order_relaxed);
   std::string s = "tags_served " + std::to_string(served) + "\ntags_refused " + std::to_string(refused) +
                   "\ntags_after_mount " + std::to_string(g.tags_after_mount) + "\ntags_deleted " +
                   std::to_string(g.tags_deleted) + "\nbytes_from_shards " + std::to_string(files_.bytes_read()) +
                   "\nrequests " + std::to_string(requests) + "\n";
-  for (const auto& [pid, c] : g.readers)
-    if (const uint64_t bytes = c->bytes.load(std::memory_order_relaxed))
-      s += "pid " + std::to_string(pid) + " bytes " + std::to_string(bytes) + "\n";
+  for (const auto& [reader, c] : g.readers)  // another user's processes are theirs to know
+    if (const uint64_t bytes = c->bytes.load(std::memory_order_relaxed);
+        bytes && (who.uid == 0 || reader.first == who.uid))
+      s += "pid " + std::to_string(reader.second) + " bytes " + std::to_string(bytes) + "\n";
   return s;
 }
 

@@ -68,7 +68,7 @@ struct View::Growth {
   std::map<uint64_t, std::unique_ptr<Folder>> folders;  // by the inode of the real folder
   std::vector<const Folder*> order;                     // in the order they were filled
   size_t tags_after_mount = 0, tags_deleted = 0, cache_hits = 0;
-  std::map<int, std::unique_ptr<ReaderCount>> readers;  // by opening process
+  std::map<std::pair<uid_t, int>, std::unique_ptr<ReaderCount>> readers;  // by opening user and process
 };
 
 // What a save in progress changes in a tag folder: its names, sizes and times.

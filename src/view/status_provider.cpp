@@ -1,7 +1,8 @@
 // .zeromount/: what the mount itself says about the source. `errors` lists, one line each, the
 // tags that are not served and why (they are shown as their real files only); `stats` counts the
 // tags and the bytes each reading process took from the shards. Both are live: they change as the
-// mount serves reads and as tags saved after the mount are indexed.
+// mount serves reads and as tags saved after the mount are indexed, and each reader is shown only
+// what it may see.
 #include <spdlog/spdlog.h>
 
 #include "zeromount/view/provider.h"
@@ -23,10 +24,14 @@ class StatusProvider final : public Provider {
     tree.mark_made_by(d, kind());
     tree.set_access(d, root.access, {root.access.perm & 0444u, root.access.uid, root.access.gid, true});
     const LiveSource* src = &live;
-    add_live_text(
-        tree, d, "errors", [src] { return src->errors_text(); }, root.mtime);
-    add_live_text(
-        tree, d, "stats", [src] { return src->stats_text(); }, root.mtime);
+    // On an allow_other mount each reader sees the lines about what it may read, and its own processes.
+    for (auto text : {&LiveSource::errors_text, &LiveSource::stats_text})
+      tree.add_live_file(d, text == &LiveSource::errors_text ? "errors" : "stats", root.mtime,
+                         CallerBuilder([src, text](const Caller& who) {
+                           pt::VirtualFile f;
+                           f.append_inline((src->*text)(who));
+                           return f;
+                         }));
   }
 };
 

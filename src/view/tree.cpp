@@ -1,5 +1,6 @@
 #include "zeromount/view/tree.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "zeromount/pt/error.h"
@@ -128,6 +129,23 @@ uint64_t Tree::add_live_file(uint64_t parent, const std::string& name, struct ti
   const uint64_t ino = add_file(parent, name, mtime, std::move(build));
   nodes_[ino - 1].live = true;
   return ino;
+}
+
+uint64_t Tree::add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, CallerBuilder build) {
+  const uint64_t ino = add_live_file(parent, name, mtime, Builder([] { return pt::VirtualFile(); }));
+  nodes_[ino - 1].build_for = std::move(build);
+  return ino;
+}
+
+bool Caller::may(const Access& a, uint32_t bits) const {
+  if (uid == 0) return true;
+  uint32_t granted = a.perm & 0007;
+  if (uid == a.uid)
+    granted = (a.perm >> 6) & 7;
+  else if (gid == a.gid || std::find(groups.begin(), groups.end(), a.gid) != groups.end())
+    granted = (a.perm >> 3) & 7;
+  const uint32_t want = (bits | bits >> 3 | bits >> 6) & 7;
+  return (granted & want) == want;
 }
 
 const Inode* Tree::make_lazy(const Inode& dir, std::string_view name) const {

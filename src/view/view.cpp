@@ -84,7 +84,7 @@ Access View::access(const Inode& n) const {
   return {n.dir ? 0555u : 0444u, uid_, gid_, true};
 }
 
-struct stat View::attr(const Inode& n) const {
+struct stat View::attr(const Inode& n, const Caller& who) const {
   struct stat st {};
   st.st_ino = n.ino;
   const Access a = access(n);
@@ -107,7 +107,7 @@ struct stat View::attr(const Inode& n) const {
   st.st_nlink = 1;
   uint64_t size = n.live ? Inode::kUnknown : n.size.load(std::memory_order_relaxed);
   if (size == Inode::kUnknown && n.sizer) n.size.store(size = n.sizer(), std::memory_order_relaxed);
-  if (size == Inode::kUnknown) size = content(n)->size();
+  if (size == Inode::kUnknown) size = content(n, who)->size();
   st.st_size = off_t(size);
   st.st_blocks = blkcnt_t((size + 511) / 512);
   return st;
@@ -133,15 +133,16 @@ std::string View::readlink(const Inode& n) const {
   return n.link;
 }
 
-OpenFile View::open(const Inode& n, int flags, int reader) const {
+OpenFile View::open(const Inode& n, int flags, const Caller& who) const {
   if (!n.link.empty()) throw Error(describe(n) + ": a symbolic link is resolved by the kernel", ELOOP);
   if (n.dir) throw Error(describe(n) + ": is a folder", EISDIR);
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) throw Error(describe(n) + ": read-only view", kChangeErrno);
-  auto built = content(n);
+  auto built = content(n, who);
   std::lock_guard<std::mutex> lock(growth_->mu);
   auto& readers = growth_->readers;
+  std::pair<uid_t, int> reader{who.uid, who.pid};
   constexpr size_t kMaxReaders = 4096;  // a long mount sees many processes: the rest count as pid 0
-  if (readers.size() >= kMaxReaders && !readers.count(reader)) reader = 0;
+  if (readers.size() >= kMaxReaders && !readers.count(reader)) reader.second = 0;
   auto& count = readers[reader];
   if (!count) count = std::make_unique<ReaderCount>();
   return OpenFile(n, std::move(built), files_, count.get());
@@ -155,8 +156,9 @@ FsStats View::statfs() const {
   return s;
 }
 
-std::shared_ptr<const pt::VirtualFile> View::content(const Inode& n) const {
+std::shared_ptr<const pt::VirtualFile> View::content(const Inode& n, const Caller& who) const {
   if (n.dir || !n.build) throw Error("not a file", EISDIR);
+  if (n.build_for) return std::make_shared<const pt::VirtualFile>(n.build_for(who));
   if (n.live) return std::make_shared<const pt::VirtualFile>(n.build());  // never cached: it follows SRC
   {
     std::lock_guard<std::mutex> lock(cache_mu_);

@@ -59,7 +59,8 @@ TEST(Folders, NestedCheckpointFoldersGetTheMadeUpEntriesOfSRC) {
   EXPECT_EQ(content_of(*v, at(*v, ck + "/latest_universal")), "global_step2_universal");
   // The real tag folder stays untouched; real files are the source's bytes.
   EXPECT_EQ(names(*v, ck + "/global_step2").size(), 3u);
-  EXPECT_EQ(content_of(*v, at(*v, ck + "/trainer_state.json")), test::read_file(kRun + "/checkpoint-2/trainer_state.json"));
+  EXPECT_EQ(content_of(*v, at(*v, ck + "/trainer_state.json")),
+            test::read_file(kRun + "/checkpoint-2/trainer_state.json"));
   // Folders that hold no tags get nothing made up.
   EXPECT_EQ(names(*v, "/team"), std::vector<std::string>{"run1"});
   EXPECT_EQ(names(*v, "/team/run1"), (std::vector<std::string>{"checkpoint-2", "checkpoint-4"}));

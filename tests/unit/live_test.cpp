@@ -170,7 +170,7 @@ TEST(LiveFolder, StatsCountWhatEachReaderTookFromTheShards) {
   LiveFolder f;
   auto v = f.mount();
   const view::Inode& n = at(*v, std::string("/") + kTag + "_universal/zero/fc1.weight/fp32.pt");
-  const auto h = v->open(n, O_RDONLY, 4242);
+  const auto h = v->open(n, O_RDONLY, view::Caller{4242, 1000, 1000, {}});
   std::string buf(h.size(), '\0');
   h.read(0, buf.data(), buf.size());
   const std::string stats = content_of(*v, at(*v, "/.zeromount/stats"));
@@ -178,6 +178,40 @@ TEST(LiveFolder, StatsCountWhatEachReaderTookFromTheShards) {
   EXPECT_NE(stats.find("pid 4242 bytes 1440\n"), std::string::npos) << stats;
   EXPECT_NE(stats.find("bytes_from_shards 1440\n"), std::string::npos) << stats;
   EXPECT_NE(stats.find("tags_served 1\n"), std::string::npos) << stats;
+  // issue 20: on an allow_other mount, another user does not see whose processes read what.
+  const auto as = [&](uid_t uid) {
+    const view::Caller who{1, uid, uid, {}};
+    const auto o = v->open(at(*v, "/.zeromount/stats"), O_RDONLY, who);
+    std::string s(o.size(), '\0');
+    o.read(0, s.data(), s.size());
+    return s;
+  };
+  EXPECT_NE(as(1000).find("pid 4242 bytes 1440\n"), std::string::npos);
+  EXPECT_EQ(as(1001).find("pid 4242"), std::string::npos);
+  EXPECT_NE(as(1001).find("bytes_from_shards 1440\n"), std::string::npos);
+}
+
+// issue 20: .zeromount/errors shows a reader only the lines about what that reader may read, and
+// names files by their path in the mount, never by where SRC is.
+TEST(LiveFolder, ErrorsShowEachReaderWhatItMayRead) {
+  LiveFolder f;
+  for (const char* tag : {"global_step5", "global_step6"}) {
+    f.save(tag, {"mp_rank_00_model_states.pt", rank_file(0)});  // rank 1 missing: refused
+    fs::permissions(f.src + "/" + tag, std::string(tag) == "global_step5" ? fs::perms(0700) : fs::perms(0755));
+  }
+  auto v = f.mount();
+  const auto as = [&](uid_t uid) {
+    const auto o = v->open(at(*v, "/.zeromount/errors"), O_RDONLY, view::Caller{1, uid, uid, {}});
+    std::string s(o.size(), '\0');
+    o.read(0, s.data(), s.size());
+    return s;
+  };
+  const std::string all = as(0), other = as(4242);  // root, and a user who owns nothing here
+  EXPECT_NE(all.find("global_step5: "), std::string::npos) << all;
+  EXPECT_NE(all.find("global_step6: "), std::string::npos) << all;
+  EXPECT_EQ(other.find("global_step5"), std::string::npos) << "a 0700 tag folder: " << other;
+  EXPECT_EQ(other.rfind("global_step6: global_step6/", 0), 0u) << other;
+  EXPECT_EQ(all.find(f.src), std::string::npos) << "no absolute source path: " << all;
 }
 
 }  // namespace

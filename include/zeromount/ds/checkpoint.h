@@ -18,7 +18,8 @@ struct CheckpointDir {
   bool root_is_tag = false;           // the folder itself holds the shards
 };
 
-CheckpointDir scan_checkpoint(const std::string& path);
+// `skip`: a path never looked into (the view's own mount point, which may lie inside `path`).
+CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip = "");
 // SRC's `latest` byte for byte (DeepSpeed writes the tag without a newline), or nothing when it is
 // absent, not a regular file, over kLatestMaxBytes or unreadable. DeepSpeed rewrites it after every save.
 inline constexpr int64_t kLatestMaxBytes = 4096;

@@ -41,8 +41,10 @@ struct TagError {
 class LiveSource {
  public:
   virtual ~LiveSource() = default;
-  virtual std::string errors_text() const = 0;  // one line per tag that is not served, and why
-  virtual std::string stats_text() const = 0;   // tags, and the bytes readers took from the shards
+  // One line per tag that is not served, and why: the lines about what `who` may read.
+  virtual std::string errors_text(const Caller& who) const = 0;
+  // Tags, and the bytes readers took from the shards: `who`'s own processes only.
+  virtual std::string stats_text(const Caller& who) const = 0;
 };
 
 // One checkpoint folder (a DeepSpeed load_dir: SRC, a Trainer's checkpoint-N/, ...): a real folder

@@ -45,6 +45,18 @@ struct Access {
   bool set = false;
 };
 
+// Who asks: a file that shows each reader what that reader may see (.zeromount/) is built for
+// its caller. The default is the mounting user's own view, which sees everything.
+struct Caller {
+  int pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+  // Whether `a` grants this caller all of `bits` (0444 read, 0111 search), as the kernel decides.
+  bool may(const Access& a, uint32_t bits) const;
+};
+using CallerBuilder = std::function<pt::VirtualFile(const Caller&)>;
+
 // Entries of one folder made on demand. make() runs under the tree's exclusive lock and adds
 // entries with the Tree::add_* calls (it may look entries up too).
 class LazyDir {
@@ -57,6 +69,15 @@ class LazyDir {
   // that are not listed here are found by name only, so one thing has one listed name.
   virtual uint64_t listed() const { return 0; }
   virtual std::string listed_name(uint64_t k) const { return {}; }
+};
+
+// An atomic that moves by value, so that Inode keeps its implicit move: nodes are moved into the
+// tree once, before any other thread sees them, and a hand-written move would drop any field it forgets.
+template <class T>
+struct MovableAtomic : std::atomic<T> {
+  using std::atomic<T>::atomic;
+  using std::atomic<T>::operator=;
+  MovableAtomic(MovableAtomic&& o) noexcept : std::atomic<T>(o.load()) {}
 };
 
 struct Inode {
@@ -77,42 +98,20 @@ struct Inode {
   std::unordered_map<std::string, uint64_t> by_name;
   std::shared_ptr<const LazyDir> lazy;
   // Folders that may gain entries while mounted (see the top of this file).
-  mutable std::atomic<bool> growing{false};
+  mutable MovableAtomic<bool> growing{false};
   // Real folders: the folder of SRC shown here, and whether its entries are made yet (View::fill).
   // `plain`: its real entries only, never made-up ones (a tag folder, a copy in a faked layout).
   std::string real;
   bool plain = false;
-  mutable std::atomic<bool> filled{true};
+  mutable MovableAtomic<bool> filled{true};
   // Files: either a builder, run on first open or stat, or a known size with a builder too.
   // A live file's builder runs on every open and stat, and its content is never cached.
   Builder build;
   Sizer sizer;
   bool live = false;
-  mutable std::atomic<uint64_t> size{kUnknown};
+  CallerBuilder build_for;  // a live file whose content depends on who reads it
+  mutable MovableAtomic<uint64_t> size{kUnknown};
   static constexpr uint64_t kUnknown = ~uint64_t(0);
-
-  Inode() = default;
-  Inode(Inode&& o) noexcept
-      : ino(o.ino),
-        parent(o.parent),
-        name(std::move(o.name)),
-        dir(o.dir),
-        link(std::move(o.link)),
-        mtime(o.mtime),
-        made_by(o.made_by),
-        access(o.access),
-        files_below(o.files_below),
-        children(std::move(o.children)),
-        by_name(std::move(o.by_name)),
-        lazy(std::move(o.lazy)),
-        growing(o.growing.load()),
-        real(std::move(o.real)),
-        plain(o.plain),
-        filled(o.filled.load()),
-        build(std::move(o.build)),
-        sizer(std::move(o.sizer)),
-        live(o.live),
-        size(o.size.load()) {}
 };
 
 class Tree {
@@ -138,6 +137,8 @@ class Tree {
   }
   // A file rebuilt on every open (its text follows the source, e.g. `latest`).
   uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build);
+  // The same, built for the reader that opens it.
+  uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, CallerBuilder build);
   void set_growing(uint64_t dir, bool growing) { nodes_.at(dir - 1).growing.store(growing); }
   // Runs `f` with the tree's lock held exclusively: how entries are added after the mount.
   // Lookups and reads made by `f` itself (on this thread) do not lock again.

@@ -91,7 +91,8 @@ class View final : public LiveSource {
   // from the top-level made-up folder above it (never more than what it is built from).
   Access access(const Inode& n) const;
   // Attributes as the kernel sees them: source-following owners and modes, no write bits, exact sizes.
-  struct stat attr(const Inode& n) const;
+  // `who`: a live file's size is that of what `who` would read.
+  struct stat attr(const Inode& n, const Caller& who = {}) const;
   // How long the kernel may keep names and attributes: a name, once handed out, keeps its meaning.
   double cache_seconds() const { return 365.0 * 86400; }
   // ... except a live file's attributes (its size follows the source) ...
@@ -113,17 +114,17 @@ class View final : public LiveSource {
   // The entry at `offset` of folder `dir`, or nothing past the end.
   std::optional<DirEntry> dir_entry(const Inode& dir, uint64_t offset) const;
   // EISDIR for a folder; EROFS for any write access mode or O_TRUNC; otherwise the file, built.
-  // `reader`: the opening process, whose reads .zeromount/stats counts.
-  OpenFile open(const Inode& n, int flags, int reader = 0) const;
+  // `who`: the opening process, whose reads .zeromount/stats counts, and what it may see.
+  OpenFile open(const Inode& n, int flags, const Caller& who = {}) const;
   // Shows what was saved into the real folder of growing folder `dir` (or of the checkpoint folder
   // above it) since its last scan: new entries, and new tags once they index cleanly; forgets
   // deleted tags. At most once per rescan_seconds per folder; never waits for a rescan another
   // thread is doing. True if anything was added.
   bool refresh(const Inode& dir) const;
 
-  // LiveSource: what the live files of .zeromount/ show.
-  std::string errors_text() const override;
-  std::string stats_text() const override;
+  // LiveSource: what the live files of .zeromount/ show to `who`.
+  std::string errors_text(const Caller& who = {}) const override;
+  std::string stats_text(const Caller& who = {}) const override;
   FsStats statfs() const;
   // A symbolic link's target; EINVAL for anything else.
   std::string readlink(const Inode& n) const;
@@ -131,7 +132,7 @@ class View final : public LiveSource {
   static constexpr int kChangeErrno = EROFS;
 
   // The bytes of a file, built on first use and kept in a bounded cache.
-  std::shared_ptr<const pt::VirtualFile> content(const Inode& n) const;
+  std::shared_ptr<const pt::VirtualFile> content(const Inode& n, const Caller& who = {}) const;
   std::string describe(const Inode& n) const;  // path inside the mount, for log lines
 
  private:
@@ -164,6 +165,8 @@ class View final : public LiveSource {
   // What the `latest` of the folder at inode `folder` shows now.
   std::string latest_text(uint64_t folder) const;
   ProviderContext context(Tree& tree, const Folder& f, bool building) const;
+  // Whether `who` may read entry `name` of folder `dir` and search every folder above it.
+  bool may_list(const Caller& who, uint64_t dir, const std::string& name) const;
 
   ViewOptions opts_;
   // Both only grow after the load (refresh), each under its own lock: the View stays logically const.
