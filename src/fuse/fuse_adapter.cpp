@@ -36,6 +36,7 @@ bool first_time(const view::Inode* n, int err) {
   static std::mutex mu;
   static std::set<std::pair<uint64_t, int>> seen;
   std::lock_guard<std::mutex> lock(mu);
+  if (seen.size() >= 4096) seen.clear();  // bounded: inodes come and go (Tree::forget)
   return seen.emplace(n ? n->ino : 0, err).second;
 }
 
@@ -126,17 +127,23 @@ void op_init(void* userdata, fuse_conn_info* conn) {
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   const view::View& v = view_of(req);
   try {
-    const view::Inode* n = v.lookup(parent, name);
+    const view::Inode* n = v.lookup(parent, name, true);  // the reply gives the kernel a reference
     if (debugging()) {
       const view::Inode* p = v.tree().get(parent);
       spdlog::debug("lookup {}/{}: {}", p ? v.describe(*p) : "?", name,
                     n ? "inode " + std::to_string(n->ino) : "ENOENT");
     }
     fuse_entry_param e{};  // ino 0: a negative entry, cached as long as the view allows
-    if (n)
-      e = entry(v, *n, caller_of(req));
-    else
+    if (n) {
+      try {
+        e = entry(v, *n, caller_of(req));
+      } catch (...) {
+        v.forget(n->ino, 1);  // not given to the kernel after all
+        throw;
+      }
+    } else {
       e.entry_timeout = v.negative_seconds(v.inode(parent));
+    }
     fuse_reply_entry(req, &e);
   } catch (...) {
     fuse_reply_err(req, current_errno(req, "lookup", v.tree().get(parent)));
@@ -183,26 +190,40 @@ void readdir_impl(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
     const view::Inode& dir = v.inode(ino);
     std::string buf(size, '\0');
     size_t used = 0;
-    for (auto e = v.dir_entry(dir, uint64_t(off)); e; e = v.dir_entry(dir, e->next)) {
+    // readdirplus gives the kernel a reference to every entry with attributes but . and ..: each
+    // entry is taken with one (dir_entry's `ref`), which is given back unless it is sent so.
+    for (auto e = v.dir_entry(dir, uint64_t(off), Plus); e; e = v.dir_entry(dir, e->next, Plus)) {
       const std::string name(e->name);
+      const bool held = Plus && name != "." && name != "..";
+      bool referenced = false;
       size_t len;
-      if constexpr (Plus) {
-        // The size first: attributes of an entry that does not fit would be computed for nothing.
-        if (fuse_add_direntry_plus(req, nullptr, 0, name.c_str(), nullptr, 0) > size - used) break;
-        fuse_entry_param p{};  // ino 0: no attributes; the kernel looks the entry up when asked
-        if (v.attr_ready(*e->node)) {
-          p = entry(v, *e->node, caller_of(req));
+      try {
+        if constexpr (Plus) {
+          // The size first: attributes of an entry that does not fit would be computed for nothing.
+          if (fuse_add_direntry_plus(req, nullptr, 0, name.c_str(), nullptr, 0) > size - used) {
+            if (held) v.forget(e->node->ino, 1);
+            break;
+          }
+          fuse_entry_param p{};  // ino 0: no attributes; the kernel looks the entry up when asked
+          if (held && v.attr_ready(*e->node)) {
+            p = entry(v, *e->node, caller_of(req));
+            referenced = true;
+          } else {
+            p.attr.st_ino = e->node->ino;
+            p.attr.st_mode = S_IFREG;
+          }
+          len = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &p, off_t(e->next));
         } else {
-          p.attr.st_ino = e->node->ino;
-          p.attr.st_mode = S_IFREG;
+          struct stat st {};
+          st.st_ino = e->node->ino;
+          st.st_mode = e->node->dir ? S_IFDIR : e->node->link.empty() ? S_IFREG : S_IFLNK;
+          len = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st, off_t(e->next));
         }
-        len = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &p, off_t(e->next));
-      } else {
-        struct stat st {};
-        st.st_ino = e->node->ino;
-        st.st_mode = e->node->dir ? S_IFDIR : e->node->link.empty() ? S_IFREG : S_IFLNK;
-        len = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st, off_t(e->next));
+      } catch (...) {
+        if (held) v.forget(e->node->ino, 1);
+        throw;
       }
+      if (held && !referenced) v.forget(e->node->ino, 1);  // e->node may be gone from here on
       if (len > size - used) break;
       used += len;
     }
@@ -254,6 +275,16 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   delete reinterpret_cast<view::OpenFile*>(fi->fh);
   fuse_reply_err(req, 0);
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  view_of(req).forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t k = 0; k < count; ++k) view_of(req).forget(forgets[k].ino, forgets[k].nlookup);
+  fuse_reply_none(req);
 }
 
 void op_statfs(fuse_req_t req, fuse_ino_t) {
@@ -338,6 +369,8 @@ fuse_lowlevel_ops make_ops() {
   fuse_lowlevel_ops ops{};
   ops.init = op_init;
   ops.lookup = op_lookup;
+  ops.forget = op_forget;
+  ops.forget_multi = op_forget_multi;
   ops.getattr = op_getattr;
   ops.readlink = op_readlink;
   ops.opendir = op_opendir;

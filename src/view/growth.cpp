@@ -220,7 +220,7 @@ std::string View::stats_text(const Caller& who) const {
   std::string s = "tags_served " + std::to_string(served) + "\ntags_refused " + std::to_string(refused) +
                   "\ntags_after_mount " + std::to_string(g.tags_after_mount) + "\ntags_deleted " +
                   std::to_string(g.tags_deleted) + "\nbytes_from_shards " + std::to_string(files_.bytes_read()) +
-                  "\nrequests " + std::to_string(requests) + "\n";
+                  "\nrequests " + std::to_string(requests) + "\ninodes " + std::to_string(tree_.size()) + "\n";
   for (const auto& [reader, c] : g.readers)  // another user's processes are theirs to know
     if (const uint64_t bytes = c->bytes.load(std::memory_order_relaxed);
         bytes && (who.uid == 0 || reader.first == who.uid))

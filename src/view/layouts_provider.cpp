@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <list>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -21,24 +23,60 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The partition plans of a layouts/ folder's targets, the few used last kept. A plan costs
+// O(params) of memory (about 350 KB for 3,000 parameters) and anyone may look up any number of
+// target names, so what the tree keeps is how to make a plan again, never the plan itself.
+class Plans {
+ public:
+  static constexpr size_t kKeep = 8;
+  // Throws zm::Error when the source cannot be presented at `target`.
+  std::shared_ptr<const LayoutTag> get(const MountedTag& tag, const ds::TargetLayout& target) const {
+    const Key key{&tag, ds::target_name(target)};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = kept_.begin(); it != kept_.end(); ++it)
+        if (it->first == key) {
+          kept_.splice(kept_.begin(), kept_, it);
+          return it->second;
+        }
+    }
+    auto made = std::make_shared<const LayoutTag>(tag, target);  // outside the lock: O(params)
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_.emplace_front(key, made);
+    if (kept_.size() > kKeep) kept_.pop_back();
+    return made;
+  }
+
+ private:
+  using Key = std::pair<const MountedTag*, std::string>;
+  mutable std::mutex mu_;
+  mutable std::list<std::pair<Key, std::shared_ptr<const LayoutTag>>> kept_;  // most recently used first
+};
+
 // The rank files of one tag folder of a target: named on demand, built on open.
 class RankFiles final : public LazyDir {
  public:
-  RankFiles(std::shared_ptr<const LayoutTag> layout, struct timespec mtime)
-      : layout_(std::move(layout)), mtime_(mtime) {}
+  RankFiles(std::shared_ptr<const Plans> plans, const MountedTag& tag, ds::TargetLayout target, struct timespec mtime)
+      : plans_(std::move(plans)), tag_(&tag), target_(std::move(target)), mtime_(mtime) {}
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
-    const auto k = layout_->file_index(name);
+    const auto k = layout()->file_index(name);
     if (!k) return 0;
-    auto layout = layout_;
+    auto plans = plans_;
+    const MountedTag* tag = tag_;
+    const ds::TargetLayout target = target_;
     const uint64_t file = *k;
     return tree.add_file(
-        dir, std::string(name), mtime_, [layout, file] { return layout->build(file); }, Inode::kUnknown, false);
+        dir, std::string(name), mtime_, [plans, tag, target, file] { return plans->get(*tag, target)->build(file); },
+        Inode::kUnknown, false);
   }
-  uint64_t listed() const override { return layout_->files(); }
-  std::string listed_name(uint64_t k) const override { return layout_->file_name(k); }
+  uint64_t listed() const override { return layout()->files(); }
+  std::string listed_name(uint64_t k) const override { return layout()->file_name(k); }
 
  private:
-  std::shared_ptr<const LayoutTag> layout_;
+  std::shared_ptr<const LayoutTag> layout() const { return plans_->get(*tag_, target_); }
+  std::shared_ptr<const Plans> plans_;
+  const MountedTag* tag_;
+  ds::TargetLayout target_;
   struct timespec mtime_;
 };
 
@@ -57,10 +95,10 @@ class Targets final : public LazyDir {
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
     const auto target = ds::parse_target(name);
     if (!target) return 0;  // one layout, one name: every other spelling is ENOENT
-    std::vector<std::shared_ptr<const LayoutTag>> layouts;
-    try {
-      for (const MountedTag* t : tags_) layouts.push_back(std::make_shared<const LayoutTag>(*t, *target));
+    try {                   // every tag must be presentable at the target, or the target is refused
+      for (const MountedTag* t : tags_) plans_->get(*t, *target);
     } catch (const Error& e) {
+      if (refused_.size() >= 1024) refused_.clear();  // bounded: anyone may look up any valid name
       if (refused_.insert(std::string(name)).second) spdlog::error("layouts/{}: {}", name, e.what());
       return 0;
     }
@@ -73,7 +111,7 @@ class Targets final : public LazyDir {
           tree, d, "latest", [folder] { return folder->latest_text(); }, mtime_);
     }
     copy_real_entries(tree, *folder_, d, [](const Inode& n) { return n.name != "latest"; });
-    for (const auto& layout : layouts) add_tag_dir(tree, d, layout);
+    for (const MountedTag* t : tags_) add_tag_dir(tree, d, *t, *target);
     return d;
   }
   uint64_t listed() const override { return listed_.size(); }
@@ -100,7 +138,9 @@ class Targets final : public LazyDir {
       if (tree.get(ino)->dir) made.emplace_back(name, ino);
     for (const auto& [name, ino] : made) {
       try {
-        add_tag_dir(tree, ino, std::make_shared<const LayoutTag>(tag, *ds::parse_target(name)));
+        const ds::TargetLayout target = *ds::parse_target(name);
+        plans_->get(tag, target);  // refused here if the tag cannot be shown at this target
+        add_tag_dir(tree, ino, tag, target);
       } catch (const Error& e) {
         spdlog::error("layouts/{}: {} not added: {}", name, tag.index->tag, e.what());
       }
@@ -108,9 +148,9 @@ class Targets final : public LazyDir {
   }
 
  private:
-  void add_tag_dir(Tree& tree, uint64_t target_dir, std::shared_ptr<const LayoutTag> layout) const {
-    const uint64_t tag_dir = tree.add_dir(target_dir, layout->tag().index->tag, mtime_);
-    tree.set_lazy(tag_dir, std::make_shared<RankFiles>(std::move(layout), mtime_));
+  void add_tag_dir(Tree& tree, uint64_t target_dir, const MountedTag& tag, const ds::TargetLayout& target) const {
+    const uint64_t tag_dir = tree.add_dir(target_dir, tag.index->tag, mtime_);
+    tree.set_lazy(tag_dir, std::make_shared<RankFiles>(plans_, tag, target, mtime_));
   }
 
   mutable std::vector<const MountedTag*> tags_;
@@ -119,6 +159,7 @@ class Targets final : public LazyDir {
   bool has_latest_;  // the folder has a `latest`, which every target shows
   struct timespec mtime_;
   mutable std::set<std::string> refused_;  // make() runs under the tree's exclusive lock
+  std::shared_ptr<const Plans> plans_ = std::make_shared<const Plans>();
 };
 
 std::string readme(const std::string& dir, const std::string& own, const std::vector<std::string>& listed) {

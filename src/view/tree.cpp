@@ -38,102 +38,141 @@ void Tree::append(const std::function<void(Tree&)>& f) {
 }
 
 Tree::Tree(struct timespec root_mtime) {
-  Inode root;
-  root.ino = kRoot;
-  root.parent = kRoot;
-  root.dir = true;
-  root.mtime = root_mtime;
-  nodes_.push_back(std::move(root));
+  auto root = std::make_unique<Inode>();
+  root->ino = kRoot;
+  root->parent = kRoot;
+  root->dir = true;
+  root->mtime = root_mtime;
+  nodes_.emplace(kRoot, std::move(root));
+  next_ = kRoot + 1;
 }
 
-uint64_t Tree::add(uint64_t parent, const std::string& name, Inode&& n, bool listed) {
-  Inode* p = parent >= 1 && parent <= nodes_.size() ? &nodes_[parent - 1] : nullptr;
+uint64_t Tree::add(uint64_t parent, const std::string& name, std::unique_ptr<Inode> n, bool listed) {
+  auto at = nodes_.find(parent);
+  Inode* p = at == nodes_.end() ? nullptr : at->second.get();
   if (!p || !p->dir) throw Error("view: parent of '" + name + "' is not a folder");
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.size() > 255)
     throw Error("view: '" + name + "' cannot be a file name");
   if (p->by_name.count(name)) throw Error("view: '" + name + "' exists twice in one folder");
-  n.ino = nodes_.size() + 1;
-  n.parent = parent;
-  n.name = name;
-  p->by_name.emplace(name, n.ino);
-  if (listed) p->children.push_back(n.ino);
-  nodes_.push_back(std::move(n));
-  return nodes_.size();
+  const uint64_t ino = next_++;
+  n->ino = ino;
+  n->parent = parent;
+  n->name = name;
+  if (!n->dir && n->link.empty()) ++files_;
+  p->by_name.emplace(name, ino);
+  if (listed) p->children.push_back(ino);
+  nodes_.emplace(ino, std::move(n));
+  return ino;
 }
 
 uint64_t Tree::add_dir(uint64_t parent, const std::string& name, struct timespec mtime, bool listed) {
-  Inode n;
-  n.dir = true;
-  n.mtime = mtime;
+  auto n = std::make_unique<Inode>();
+  n->dir = true;
+  n->mtime = mtime;
   return add(parent, name, std::move(n), listed);
 }
 
 uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, uint64_t size,
                         bool listed) {
-  Inode n;
-  n.mtime = mtime;
-  n.build = std::move(build);
-  n.size = size;
-  ++files_;
+  auto n = std::make_unique<Inode>();
+  n->mtime = mtime;
+  n->build = std::move(build);
+  n->size = size;
   return add(parent, name, std::move(n), listed);
 }
 
 uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer) {
   const uint64_t ino = add_file(parent, name, mtime, std::move(build));
-  nodes_[ino - 1].sizer = std::move(sizer);
+  node(ino).sizer = std::move(sizer);
   return ino;
 }
 
 uint64_t Tree::add_link(uint64_t parent, const std::string& name, struct timespec mtime, std::string target) {
-  Inode n;
-  n.mtime = mtime;
-  n.link = std::move(target);
+  auto n = std::make_unique<Inode>();
+  n->mtime = mtime;
+  n->link = std::move(target);
   return add(parent, name, std::move(n), true);
 }
 
 uint64_t Tree::add_real_dir(uint64_t parent, const std::string& name, struct timespec mtime, std::string path,
                             bool plain) {
-  Inode n;
-  n.dir = true;
-  n.mtime = mtime;
-  n.real = std::move(path);
-  n.plain = plain;
-  n.filled = false;
+  auto n = std::make_unique<Inode>();
+  n->dir = true;
+  n->mtime = mtime;
+  n->real = std::move(path);
+  n->plain = plain;
+  n->filled = false;
   return add(parent, name, std::move(n), true);
 }
 
 uint64_t Tree::add_copy(uint64_t parent, const Inode& of) {
   if (of.dir) {
     const uint64_t d = add_real_dir(parent, of.name, of.mtime, of.real, true);
-    nodes_[d - 1].access = of.access;
+    node(d).access = of.access;
     return d;
   }
-  Inode n;
-  n.mtime = of.mtime;
-  n.link = of.link;
-  n.access = of.access;
-  n.build = of.build;
-  n.sizer = of.sizer;
-  n.size = of.size.load();
-  if (!n.link.empty()) return add(parent, of.name, std::move(n), true);
-  ++files_;
+  auto n = std::make_unique<Inode>();
+  n->mtime = of.mtime;
+  n->link = of.link;
+  n->access = of.access;
+  n->build = of.build;
+  n->sizer = of.sizer;
+  n->size = of.size.load();
   return add(parent, of.name, std::move(n), true);
+}
+
+bool Tree::unused(const Inode& n) const {
+  if (n.nlookup.load() || n.opens.load()) return false;
+  for (const auto& [name, ino] : n.by_name)
+    if (!unused(*nodes_.at(ino))) return false;
+  return true;
+}
+
+size_t Tree::drop(const Inode& n) {
+  size_t dropped = 0;
+  std::vector<uint64_t> below;
+  for (const auto& [name, ino] : n.by_name) below.push_back(ino);
+  for (uint64_t ino : below) dropped += drop(*nodes_.at(ino));
+  Inode& p = node(n.parent);
+  p.by_name.erase(n.name);
+  std::erase(p.children, n.ino);
+  if (!n.dir && n.link.empty()) --files_;
+  nodes_.erase(n.ino);  // n is gone from here on
+  return dropped + 1;
+}
+
+size_t Tree::forget(uint64_t ino, uint64_t count) {
+  std::unique_lock lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return 0;
+  Inode& n = *it->second;
+  const uint64_t had = n.nlookup.load();
+  n.nlookup.store(had > count ? had - count : 0);
+  if (n.nlookup.load()) return 0;
+  if (n.made_lazily && unused(n)) return drop(n);
+  // A folder the kernel let go of: what a listing made in it, and nothing refers to, goes too.
+  size_t dropped = 0;
+  std::vector<const Inode*> made;
+  for (const auto& [name, c] : n.by_name)
+    if (const Inode& child = *nodes_.at(c); child.made_lazily && unused(child)) made.push_back(&child);
+  for (const Inode* c : made) dropped += drop(*c);
+  return dropped;
 }
 
 const Inode* Tree::find(const Inode& dir, std::string_view name) const {
   auto it = dir.by_name.find(std::string(name));
-  return it == dir.by_name.end() ? nullptr : &nodes_[it->second - 1];
+  return it == dir.by_name.end() ? nullptr : nodes_.at(it->second).get();
 }
 
 uint64_t Tree::add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build) {
   const uint64_t ino = add_file(parent, name, mtime, std::move(build));
-  nodes_[ino - 1].live = true;
+  node(ino).live = true;
   return ino;
 }
 
 uint64_t Tree::add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, CallerBuilder build) {
   const uint64_t ino = add_live_file(parent, name, mtime, Builder([] { return pt::VirtualFile(); }));
-  nodes_[ino - 1].build_for = std::move(build);
+  node(ino).build_for = std::move(build);
   return ino;
 }
 
@@ -150,38 +189,50 @@ bool Caller::may(const Access& a, uint32_t bits) const {
 
 const Inode* Tree::make_lazy(const Inode& dir, std::string_view name) const {
   // Lazily made entries are appended, never changed: the tree stays logically const.
-  const uint64_t ino = dir.lazy->make(const_cast<Tree&>(*this), dir.ino, name);
-  return ino ? &nodes_[ino - 1] : nullptr;
+  Tree& tree = const_cast<Tree&>(*this);
+  const uint64_t ino = dir.lazy->make(tree, dir.ino, name);
+  if (!ino) return nullptr;
+  tree.node(ino).made_lazily = true;
+  return &tree.node(ino);
 }
 
-const Inode* Tree::lookup(uint64_t parent, std::string_view name) const {
+const Inode* Tree::lookup(uint64_t parent, std::string_view name, bool ref) const {
   const Inode* p = get(parent);
   if (!p || !p->dir) return nullptr;
   if (name == ".") return p;
   if (name == "..") return get(p->parent);
+  // The reference is taken under the lock, so that a forget in between cannot drop the entry.
+  const auto held = [ref](const Inode* n) {
+    if (n && ref) n->nlookup.fetch_add(1, std::memory_order_relaxed);
+    return n;
+  };
   if (t_appending == this) {
-    if (const Inode* n = find(*p, name)) return n;
-    return p->lazy ? make_lazy(*p, name) : nullptr;
+    if (const Inode* n = find(*p, name)) return held(n);
+    return held(p->lazy ? make_lazy(*p, name) : nullptr);
   }
   {
     std::shared_lock lock(mu_);
-    if (const Inode* n = find(*p, name)) return n;
+    if (const Inode* n = find(*p, name)) return held(n);
     if (!p->lazy) return nullptr;
   }
   std::unique_lock lock(mu_);
   Appending mark(this);
-  if (const Inode* n = find(*p, name)) return n;  // made by another thread meanwhile
-  return make_lazy(*p, name);
+  if (const Inode* n = find(*p, name)) return held(n);  // made by another thread meanwhile
+  return held(make_lazy(*p, name));
 }
 
-const Inode* Tree::listed_child(const Inode& dir, uint64_t k) const {
+const Inode* Tree::listed_child(const Inode& dir, uint64_t k, bool ref) const {
   {
     Reading lock(*this);
-    if (k < dir.children.size()) return &nodes_[dir.children[k] - 1];
+    if (k < dir.children.size()) {
+      const Inode* n = nodes_.at(dir.children[k]).get();
+      if (ref) n->nlookup.fetch_add(1, std::memory_order_relaxed);
+      return n;
+    }
     if (!dir.lazy || k - dir.children.size() >= dir.lazy->listed()) return nullptr;
   }
   const std::string name = dir.lazy->listed_name(k - dir.children.size());
-  const Inode* n = lookup(dir.ino, name);
+  const Inode* n = lookup(dir.ino, name, ref);
   if (!n) throw Error("view: listed entry '" + name + "' cannot be made", EIO);
   return n;
 }

@@ -59,13 +59,13 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   return v;
 }
 
-const Inode* View::lookup(uint64_t parent, std::string_view name) const {
+const Inode* View::lookup(uint64_t parent, std::string_view name, bool ref) const {
   const Inode* p = tree_.get(parent);
   if (!p) return nullptr;
   fill(*p);
-  const Inode* n = tree_.lookup(parent, name);
+  const Inode* n = tree_.lookup(parent, name, ref);
   if (n) return n;
-  return p->growing && refresh(*p) ? tree_.lookup(parent, name) : nullptr;
+  return p->growing && refresh(*p) ? tree_.lookup(parent, name, ref) : nullptr;
 }
 
 const Inode& View::inode(uint64_t ino) const {
@@ -117,13 +117,13 @@ void View::open_dir(const Inode& n) const {
   if (!n.dir) throw Error(describe(n) + ": not a folder", ENOTDIR);
 }
 
-std::optional<DirEntry> View::dir_entry(const Inode& dir, uint64_t offset) const {
+std::optional<DirEntry> View::dir_entry(const Inode& dir, uint64_t offset, bool ref) const {
   if (!dir.dir) throw Error(describe(dir) + ": not a folder", ENOTDIR);
   fill(dir);
   if (offset == 0 && dir.growing) refresh(dir);  // a new listing may show what was saved since
   if (offset == 0) return DirEntry{".", &dir, 1};
   if (offset == 1) return DirEntry{"..", tree_.get(dir.parent), 2};
-  const Inode* n = tree_.listed_child(dir, offset - 2);
+  const Inode* n = tree_.listed_child(dir, offset - 2, ref);
   if (!n) return std::nullopt;
   return DirEntry{n->name, n, offset + 1};
 }

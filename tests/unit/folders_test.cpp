@@ -182,3 +182,30 @@ TEST(Folders, LatestNamingATruncatedTagAtMountShowsTheNewestServedTag) {
 
 }  // namespace
 }  // namespace zm
+
+namespace zm {
+namespace {
+
+// issue 19: every distinct target name anyone looks up costs memory only while the kernel holds it.
+TEST(Folders, TargetNamesAreForgottenWithTheKernelsReferences) {
+  auto v = view::View::load(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint");
+  const uint64_t layouts = at(*v, "/layouts").ino;
+  const size_t idle = v->tree().size();
+  const std::string f = "/layouts/zero3-dp7-fp32/global_step3/zero_pp_rank_6_mp_rank_00_optim_states.pt";
+  const std::string before = content_of(*v, at(*v, f));  // made without a reference: dropped below
+  std::vector<uint64_t> held;
+  for (int w = 1; w <= 300; ++w) {
+    const view::Inode* t = v->lookup(layouts, "zero3-dp" + std::to_string(w) + "-fp32", true);
+    ASSERT_NE(t, nullptr);
+    held.push_back(t->ino);
+    if (w % 3 == 0) content_of(*v, at(*v, "/layouts/zero3-dp" + std::to_string(w) + "-fp32/latest"));
+  }
+  EXPECT_GT(v->tree().size(), idle + 300);
+  for (uint64_t ino : held) v->forget(ino, 1);
+  EXPECT_EQ(v->tree().size(), idle) << "every target the kernel let go of is dropped";
+  // Made again on the next lookup, with the same bytes.
+  EXPECT_EQ(content_of(*v, at(*v, f)), before);
+}
+
+}  // namespace
+}  // namespace zm

@@ -77,3 +77,54 @@ TEST(LazyDir, ConcurrentLookupsAgree) {
 
 }  // namespace
 }  // namespace zm::test
+
+namespace zm::test {
+namespace {
+
+// Memory follows what the kernel holds: what a LazyDir made is dropped once the kernel forgot it
+// and nothing of it is open, and made again (under a new inode) when it is looked up again.
+TEST(LazyDir, ForgottenEntriesAreDroppedAndMadeAgain) {
+  Tree t({});
+  const uint64_t d = t.add_dir(Tree::kRoot, "numbers", {});
+  auto lazy = std::make_shared<Numbers>();
+  t.set_lazy(d, lazy);
+  const size_t idle = t.size();
+  std::vector<uint64_t> made;
+  for (int k = 0; k < 500; ++k) {
+    const view::Inode* n = t.lookup(d, "n" + std::to_string(k), true);  // as a lookup the kernel is told of
+    made.push_back(n->ino);
+  }
+  EXPECT_EQ(t.size(), idle + 1000) << "a folder and its file per name";
+  for (uint64_t ino : made) EXPECT_EQ(t.forget(ino, 1), 2u);
+  EXPECT_EQ(t.size(), idle);
+  EXPECT_EQ(t.get(made[0]), nullptr);
+  const view::Inode* again = t.lookup(d, "n0");
+  ASSERT_NE(again, nullptr);
+  EXPECT_GT(again->ino, made.back()) << "inode numbers are never reused";
+  EXPECT_NE(t.lookup(again->ino, "value"), nullptr);
+}
+
+TEST(LazyDir, WhatIsReferencedOrOpenIsKept) {
+  Tree t({});
+  const uint64_t d = t.add_dir(Tree::kRoot, "numbers", {});
+  t.set_lazy(d, std::make_shared<Numbers>());
+  const view::Inode* a = t.lookup(d, "n1", true);
+  t.lookup(d, "n1", true);
+  EXPECT_EQ(t.forget(a->ino, 1), 0u) << "the kernel still holds one reference";
+  const view::Inode* value = t.lookup(a->ino, "value");
+  value->opens.fetch_add(1);  // an OpenFile of something below it
+  EXPECT_EQ(t.forget(a->ino, 1), 0u) << "a file below it is open";
+  value->opens.fetch_sub(1);
+  EXPECT_EQ(t.get(a->ino), a);
+  t.lookup(d, "n1", true);
+  EXPECT_EQ(t.forget(a->ino, 1), 2u);
+  // Entries a listing made, which the kernel never referred to, go with their folder's forget.
+  const view::Inode* dir = t.lookup(Tree::kRoot, "numbers", true);
+  for (uint64_t k = 0; t.listed_child(*dir, k); ++k) {
+  }
+  EXPECT_EQ(t.forget(d, 1), 6u) << "n0, n1, n2 and their files";
+  EXPECT_NE(t.get(d), nullptr) << "eager folders stay";
+}
+
+}  // namespace
+}  // namespace zm::test

@@ -19,7 +19,17 @@ class OpenFile {
  public:
   OpenFile(const Inode& inode, std::shared_ptr<const pt::VirtualFile> content, const pt::ExtentReader& files,
            ReaderCount* count = nullptr)
-      : inode_(&inode), content_(std::move(content)), files_(files, count) {}
+      : inode_(&inode), content_(std::move(content)), files_(files, count) {
+    inode.opens.fetch_add(1, std::memory_order_relaxed);
+  }
+  OpenFile(OpenFile&& o) noexcept : inode_(o.inode_), content_(std::move(o.content_)), files_(o.files_) {
+    o.inode_ = nullptr;
+  }
+  OpenFile& operator=(OpenFile&&) = delete;
+  // An open file keeps its inode: the tree does not forget it (Tree::forget) while it is open.
+  ~OpenFile() {
+    if (inode_) inode_->opens.fetch_sub(1, std::memory_order_relaxed);
+  }
 
   // Up to n bytes at `offset`; short only at the end of the file.
   size_t read(uint64_t offset, void* buf, size_t n) const {

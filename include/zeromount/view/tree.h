@@ -1,14 +1,16 @@
 #pragma once
 // The virtual tree: inode numbers, names, attributes and how each file's bytes are made.
 //
-// Inode scheme: inode numbers are 1-based positions in one append-only table (1 is the root).
+// Inode scheme: inode numbers count up from 1 (the root) and are never reused.
 // Nothing is built before it is used: a real folder's entries are made the first time it is
 // looked up in or listed (View::fill, which also indexes the tags it holds), so mounting a large
 // experiments folder costs one listing. A folder may also have a LazyDir, which makes entries the
 // first time they are looked up or listed (layouts/<any valid target>, a target's W rank files):
-// such folders cost nothing until used, and a name, once made, keeps its inode and meaning for
-// the life of the mount. Entries never disappear, so the kernel may cache every answer, except
-// two: a `growing` folder (the root, a tag folder not served yet) may gain names when a new tag
+// such folders cost nothing until used, and a name keeps its meaning for the life of the mount.
+// What a LazyDir made is forgotten once the kernel has forgotten it (Tree::forget): memory follows
+// what the kernel holds and what is open, never what anyone has looked up; a name looked up again
+// is made again, under a new inode. Other entries never disappear, so the kernel may cache every
+// answer, except two: a `growing` folder (the root, a tag folder not served yet) may gain names when a new tag
 // is indexed after the mount, so its negative entries and listing are not cached for long; and a
 // `live` file (`latest`, `.zeromount/stats`) is rebuilt on every open, so its size is not cached.
 // Appends take the tree's lock exclusively (Tree::append, or inside LazyDir::make); every read
@@ -17,7 +19,6 @@
 #include <atomic>
 #include <cstdint>
 #include <ctime>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <shared_mutex>
@@ -71,15 +72,6 @@ class LazyDir {
   virtual std::string listed_name(uint64_t k) const { return {}; }
 };
 
-// An atomic that moves by value, so that Inode keeps its implicit move: nodes are moved into the
-// tree once, before any other thread sees them, and a hand-written move would drop any field it forgets.
-template <class T>
-struct MovableAtomic : std::atomic<T> {
-  using std::atomic<T>::atomic;
-  using std::atomic<T>::operator=;
-  MovableAtomic(MovableAtomic&& o) noexcept : std::atomic<T>(o.load()) {}
-};
-
 struct Inode {
   uint64_t ino = 0;
   uint64_t parent = 0;
@@ -98,20 +90,25 @@ struct Inode {
   std::unordered_map<std::string, uint64_t> by_name;
   std::shared_ptr<const LazyDir> lazy;
   // Folders that may gain entries while mounted (see the top of this file).
-  mutable MovableAtomic<bool> growing{false};
+  mutable std::atomic<bool> growing{false};
   // Real folders: the folder of SRC shown here, and whether its entries are made yet (View::fill).
   // `plain`: its real entries only, never made-up ones (a tag folder, a copy in a faked layout).
   std::string real;
   bool plain = false;
-  mutable MovableAtomic<bool> filled{true};
+  mutable std::atomic<bool> filled{true};
   // Files: either a builder, run on first open or stat, or a known size with a builder too.
   // A live file's builder runs on every open and stat, and its content is never cached.
   Builder build;
   Sizer sizer;
   bool live = false;
   CallerBuilder build_for;  // a live file whose content depends on who reads it
-  mutable MovableAtomic<uint64_t> size{kUnknown};
+  mutable std::atomic<uint64_t> size{kUnknown};
   static constexpr uint64_t kUnknown = ~uint64_t(0);
+  // Forgettable entries: one a LazyDir made may be dropped once the kernel holds no reference to
+  // it (nlookup, FUSE's lookup count) and no file of it is open, and made again if looked up.
+  bool made_lazily = false;
+  mutable std::atomic<uint64_t> nlookup{0};
+  mutable std::atomic<uint32_t> opens{0};
 };
 
 class Tree {
@@ -129,46 +126,61 @@ class Tree {
   uint64_t add_real_dir(uint64_t parent, const std::string& name, struct timespec mtime, std::string path, bool plain);
   // Another name for a real entry `of`: the same bytes, link target or folder (then `plain`).
   uint64_t add_copy(uint64_t parent, const Inode& of);
-  void set_filled(uint64_t dir) { nodes_.at(dir - 1).filled.store(true); }
+  void set_filled(uint64_t dir) { node(dir).filled.store(true); }
   // Folder `dir` shows real folder `path`, whose entries are not made yet.
   void make_real(uint64_t dir, std::string path) {
-    nodes_.at(dir - 1).real = std::move(path);
-    nodes_.at(dir - 1).filled.store(false);
+    node(dir).real = std::move(path);
+    node(dir).filled.store(false);
   }
   // A file rebuilt on every open (its text follows the source, e.g. `latest`).
   uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build);
   // The same, built for the reader that opens it.
   uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, CallerBuilder build);
-  void set_growing(uint64_t dir, bool growing) { nodes_.at(dir - 1).growing.store(growing); }
+  void set_growing(uint64_t dir, bool growing) { node(dir).growing.store(growing); }
   // Runs `f` with the tree's lock held exclusively: how entries are added after the mount.
   // Lookups and reads made by `f` itself (on this thread) do not lock again.
   void append(const std::function<void(Tree&)>& f);
-  void set_lazy(uint64_t dir, std::shared_ptr<const LazyDir> lazy) { nodes_.at(dir - 1).lazy = std::move(lazy); }
-  void mark_made_by(uint64_t ino, const char* kind) { nodes_.at(ino - 1).made_by = kind; }
+  void set_lazy(uint64_t dir, std::shared_ptr<const LazyDir> lazy) { node(dir).lazy = std::move(lazy); }
+  void mark_made_by(uint64_t ino, const char* kind) { node(ino).made_by = kind; }
   void set_access(uint64_t ino, Access self, Access files_below = {}) {
-    nodes_.at(ino - 1).access = self;
-    nodes_.at(ino - 1).files_below = files_below;
+    node(ino).access = self;
+    node(ino).files_below = files_below;
   }
 
-  // nullptr when absent (after asking the folder's LazyDir, if it has one).
-  const Inode* lookup(uint64_t parent, std::string_view name) const;
+  // nullptr when absent (after asking the folder's LazyDir, if it has one). `ref`: the kernel is
+  // given the entry, which takes a reference to it (see forget).
+  const Inode* lookup(uint64_t parent, std::string_view name, bool ref = false) const;
   // The entry at listing position k (eager entries, then the LazyDir's listed names), or nullptr.
-  const Inode* listed_child(const Inode& dir, uint64_t k) const;
+  const Inode* listed_child(const Inode& dir, uint64_t k, bool ref = false) const;
   const Inode* get(uint64_t ino) const {
     Reading lock(*this);
-    return ino >= 1 && ino <= nodes_.size() ? &nodes_[ino - 1] : nullptr;
+    auto it = nodes_.find(ino);
+    return it == nodes_.end() ? nullptr : it->second.get();
   }
-  size_t size() const {
+  size_t size() const {  // entries held now
     Reading lock(*this);
     return nodes_.size();
   }
+  uint64_t last_ino() const {  // the newest inode number handed out
+    Reading lock(*this);
+    return next_ - 1;
+  }
+  // The kernel dropped `count` references to `ino`. An entry a LazyDir made is forgotten with
+  // what it holds once nothing refers to it; so are the lazily made entries of a folder the
+  // kernel no longer holds that it never referred to (files a listing made). Returns how many
+  // entries were dropped.
+  size_t forget(uint64_t ino, uint64_t count);
   size_t files() const {
     Reading lock(*this);
     return files_;
   }
 
  private:
-  uint64_t add(uint64_t parent, const std::string& name, Inode&& n, bool listed);
+  uint64_t add(uint64_t parent, const std::string& name, std::unique_ptr<Inode> n, bool listed);
+  Inode& node(uint64_t ino) { return *nodes_.at(ino); }
+  // Whether `n` and everything below it may be dropped: nothing refers to it, nothing is open.
+  bool unused(const Inode& n) const;
+  size_t drop(const Inode& n);  // under the exclusive lock
   const Inode* find(const Inode& dir, std::string_view name) const;
   const Inode* make_lazy(const Inode& dir, std::string_view name) const;
   // The shared lock, unless this thread holds the exclusive one.
@@ -180,8 +192,9 @@ class Tree {
    private:
     const Tree* locked_;
   };
-  // A deque keeps node addresses stable while lazily made entries are appended.
-  std::deque<Inode> nodes_;
+  // Nodes by inode; a node's address is stable until it is dropped.
+  std::unordered_map<uint64_t, std::unique_ptr<Inode>> nodes_;
+  uint64_t next_ = 1;
   size_t files_ = 0;
   mutable std::shared_mutex mu_;
 };

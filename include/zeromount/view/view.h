@@ -84,8 +84,13 @@ class View final : public LiveSource {
 
   // nullptr when the name does not exist (a negative entry, cacheable for negative_seconds). In
   // a growing folder a miss first rescans its real folder (refresh).
-  const Inode* lookup(uint64_t parent, std::string_view name) const;
-  // Throws ENOENT for an inode the view never handed out.
+  // `ref`: the answer goes to the kernel, which takes a reference to it (forget gives it back).
+  const Inode* lookup(uint64_t parent, std::string_view name, bool ref = false) const;
+  // The kernel dropped `count` references (taken by lookup and dir_entry with `ref`): what a LazyDir
+  // made (a layouts/ target, its rank files) is dropped once nothing refers to it and nothing of it
+  // is open (Tree::forget).
+  void forget(uint64_t ino, uint64_t count) const { tree_.forget(ino, count); }
+  // Throws ENOENT for an inode the view never handed out (or has forgotten).
   const Inode& inode(uint64_t ino) const;
   // Who may read `n`: a real entry's source owner and bits without write bits; a made-up one's
   // from the top-level made-up folder above it (never more than what it is built from).
@@ -112,7 +117,8 @@ class View final : public LiveSource {
   // ENOTDIR unless `n` is a folder.
   void open_dir(const Inode& n) const;
   // The entry at `offset` of folder `dir`, or nothing past the end.
-  std::optional<DirEntry> dir_entry(const Inode& dir, uint64_t offset) const;
+  // `ref`: as for lookup, for every entry but . and .. (readdirplus).
+  std::optional<DirEntry> dir_entry(const Inode& dir, uint64_t offset, bool ref = false) const;
   // EISDIR for a folder; EROFS for any write access mode or O_TRUNC; otherwise the file, built.
   // `who`: the opening process, whose reads .zeromount/stats counts, and what it may see.
   OpenFile open(const Inode& n, int flags, const Caller& who = {}) const;
