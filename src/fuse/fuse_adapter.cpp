@@ -6,6 +6,8 @@
 
 #include <sys/statvfs.h>
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "zeromount/fuse/adapter.h"
 #include "zeromount/pt/error.h"
@@ -396,6 +399,37 @@ fuse_lowlevel_ops make_ops() {
   return ops;
 }
 
+// Asks the kernel to let go of the entries the view made on demand beyond view::kMadeKept (each
+// invalidated entry the kernel does not use is forgotten, and the FORGET drops it), from a thread
+// of its own: an invalidation from inside a request on the same folder could wait on itself.
+class Reaper {
+ public:
+  Reaper(const view::View& v, fuse_session* se) : thread_([this, &v, se] { run(v, se); }) {}
+  ~Reaper() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  void run(const view::View& v, fuse_session* se) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stop_; })) {
+      lock.unlock();
+      for (const auto& [dir, name] : v.surplus())
+        fuse_lowlevel_notify_inval_entry(se, dir, name.c_str(), name.size());  // ENOENT: already gone
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 int serve(const view::View& v, const MountConfig& cfg, const std::function<void(const std::string&)>& mounted) {
@@ -433,7 +467,11 @@ int serve(const view::View& v, const MountConfig& cfg, const std::function<void(
   fuse_loop_config* lc = fuse_loop_cfg_create();
   if (cfg.threads) fuse_loop_cfg_set_max_threads(lc, cfg.threads);
   fuse_loop_cfg_set_clone_fd(lc, 0);
-  const int rc = fuse_session_loop_mt(se, lc);
+  int rc;
+  {
+    Reaper reaper(v, se);
+    rc = fuse_session_loop_mt(se, lc);
+  }
   fuse_loop_cfg_destroy(lc);
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

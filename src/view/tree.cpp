@@ -137,6 +137,7 @@ size_t Tree::drop(const Inode& n) {
   p.by_name.erase(n.name);
   std::erase(p.children, n.ino);
   if (!n.dir && n.link.empty()) --files_;
+  if (n.made_lazily) made_.erase(n.made_at);
   nodes_.erase(n.ino);  // n is gone from here on
   return dropped + 1;
 }
@@ -157,6 +158,17 @@ size_t Tree::forget(uint64_t ino, uint64_t count) {
     if (const Inode& child = *nodes_.at(c); child.made_lazily && unused(child)) made.push_back(&child);
   for (const Inode* c : made) dropped += drop(*c);
   return dropped;
+}
+
+std::vector<std::pair<uint64_t, std::string>> Tree::surplus(size_t keep) {
+  std::unique_lock lock(mu_);
+  std::vector<std::pair<uint64_t, std::string>> out;
+  for (size_t over = made_.size() > keep ? made_.size() - keep : 0; over > 0; --over) {
+    Inode& n = node(made_.front());
+    out.emplace_back(n.parent, n.name);
+    made_.splice(made_.end(), made_, made_.begin());
+  }
+  return out;
 }
 
 const Inode* Tree::find(const Inode& dir, std::string_view name) const {
@@ -192,8 +204,10 @@ const Inode* Tree::make_lazy(const Inode& dir, std::string_view name) const {
   Tree& tree = const_cast<Tree&>(*this);
   const uint64_t ino = dir.lazy->make(tree, dir.ino, name);
   if (!ino) return nullptr;
-  tree.node(ino).made_lazily = true;
-  return &tree.node(ino);
+  Inode& made = tree.node(ino);
+  made.made_lazily = true;
+  made.made_at = tree.made_.insert(tree.made_.end(), ino);
+  return &made;
 }
 
 const Inode* Tree::lookup(uint64_t parent, std::string_view name, bool ref) const {

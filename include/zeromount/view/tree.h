@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <ctime>
 #include <functional>
+#include <list>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -107,6 +108,7 @@ struct Inode {
   // Forgettable entries: one a LazyDir made may be dropped once the kernel holds no reference to
   // it (nlookup, FUSE's lookup count) and no file of it is open, and made again if looked up.
   bool made_lazily = false;
+  std::list<uint64_t>::iterator made_at;  // its place in Tree's list of made entries
   mutable std::atomic<uint64_t> nlookup{0};
   mutable std::atomic<uint32_t> opens{0};
 };
@@ -170,6 +172,12 @@ class Tree {
   // kernel no longer holds that it never referred to (files a listing made). Returns how many
   // entries were dropped.
   size_t forget(uint64_t ino, uint64_t count);
+  // Entries a LazyDir made beyond the newest `keep`, oldest first, as (folder, name): what the
+  // kernel should be asked to let go of (the adapter invalidates them; the FORGET that follows
+  // drops them), so that memory stays bounded however many names anyone looks up. Each entry
+  // returned moves to the newest end: one the kernel keeps (open, a working folder) is asked
+  // again only after the others.
+  std::vector<std::pair<uint64_t, std::string>> surplus(size_t keep);
   size_t files() const {
     Reading lock(*this);
     return files_;
@@ -194,6 +202,7 @@ class Tree {
   };
   // Nodes by inode; a node's address is stable until it is dropped.
   std::unordered_map<uint64_t, std::unique_ptr<Inode>> nodes_;
+  std::list<uint64_t> made_;  // what LazyDirs made, oldest first
   uint64_t next_ = 1;
   size_t files_ = 0;
   mutable std::shared_mutex mu_;

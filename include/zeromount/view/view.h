@@ -27,6 +27,9 @@ namespace zm::view {
 // The largest read or write request the mount asks the kernel for; also each file's st_blksize,
 // which coreutils and Python size their reads by. 1 MiB requests beat 128 KiB ones by ~30% here.
 inline constexpr uint32_t kRequestBytes = 1u << 20;
+// How many entries made on demand (layouts/ targets and their rank files) the kernel may keep
+// before the oldest are invalidated: about 1 KiB each with what they hold (bench/names.py).
+inline constexpr size_t kMadeKept = 4096;
 
 struct ViewOptions {
   bool bare_zero3_tensors = false;          // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
@@ -90,6 +93,9 @@ class View final : public LiveSource {
   // made (a layouts/ target, its rank files) is dropped once nothing refers to it and nothing of it
   // is open (Tree::forget).
   void forget(uint64_t ino, uint64_t count) const { tree_.forget(ino, count); }
+  // Made-on-demand entries beyond the newest kMadeKept, as (folder, name): the adapter asks the
+  // kernel to let go of them, so that the daemon's memory is bounded whatever anyone looks up.
+  std::vector<std::pair<uint64_t, std::string>> surplus() const { return tree_.surplus(kMadeKept); }
   // Throws ENOENT for an inode the view never handed out (or has forgotten).
   const Inode& inode(uint64_t ino) const;
   // Who may read `n`: a real entry's source owner and bits without write bits; a made-up one's
