@@ -9,8 +9,12 @@ Access access_of(const struct stat& st) {
 }
 
 bool ProviderContext::taken(const std::string& name) {
-  if (!tree_.lookup(Tree::kRoot, name)) return false;
-  spdlog::warn("{}: a real entry of that name exists; showing it instead of a made-up one", name);
+  const Inode* had = tree_.lookup(Tree::kRoot, name);
+  if (!had) return false;
+  if (had->made_by)
+    spdlog::warn("{}: already a made-up {} folder; not made again", name, had->made_by);
+  else
+    spdlog::warn("{}: a real entry of that name exists; showing it instead of a made-up one", name);
   return true;
 }
 
