@@ -7,7 +7,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <algorithm>
 
 #include <algorithm>
 #include <atomic>
@@ -15,9 +14,11 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "daemon.h"
+#include "mount_point.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/inspect.h"
 #include "zeromount/fuse/adapter.h"
@@ -30,24 +31,43 @@ namespace zm::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+std::string tags_here(const ds::CheckpointDir& dir) {
+  std::string s = dir.root_is_tag ? fs::path(dir.root).filename().string() : "";
+  for (const auto& t : dir.tags) s += (s.empty() ? "" : ", ") + t;
+  return s.empty() ? "none" : s;
+}
+
+// The tag folder inspect reads: --tag, else the one `latest` names, else the last in training order.
+std::string chosen_tag_dir(const ds::CheckpointDir& dir, const std::string& ckpt, const std::string& tag) {
+  const std::string root_name = fs::path(dir.root).filename().string();
+  if (dir.root_is_tag && (tag.empty() || tag == root_name)) return dir.root;
+  if (!tag.empty() && std::find(dir.tags.begin(), dir.tags.end(), tag) == dir.tags.end())
+    throw Error(
+        ckpt + ": --tag " + tag + ": no such tag folder (with *_optim_states.pt files); tags here: " + tags_here(dir),
+        ENOENT);
+  if (!tag.empty()) return (fs::path(dir.root) / tag).string();
+  if (dir.latest && std::find(dir.tags.begin(), dir.tags.end(), *dir.latest) != dir.tags.end())
+    return (fs::path(dir.root) / *dir.latest).string();
+  if (dir.latest)
+    throw Error(
+        ckpt + "/latest: names '" + *dir.latest +
+            "', which is not a tag folder with *_optim_states.pt files; pass --tag (tags here: " + tags_here(dir) + ")",
+        ENOENT);
+  if (dir.tags.empty()) throw Error(ckpt + ": no tag folder with *_optim_states.pt files and no 'latest'", ENOENT);
+  return (fs::path(dir.root) / dir.tags.back()).string();
+}
+
+}  // namespace
+
 int inspect(const std::string& ckpt, const std::string& tag, bool json, const std::string& layout) {
-  const ds::CheckpointDir dir = ds::scan_checkpoint(ckpt);
-  std::string tag_dir;
-  if (dir.root_is_tag && tag.empty()) {
-    tag_dir = dir.root;
-  } else {
-    std::string t = tag.empty() ? dir.latest.value_or(dir.tags.empty() ? "" : dir.tags.back()) : tag;
-    if (t.empty()) throw Error(ckpt + ": no tag folder with *_optim_states.pt files and no 'latest'", ENOENT);
-    tag_dir = (fs::path(dir.root) / t).string();
-  }
-  auto index = ds::index_tag(tag_dir);
-  if (!layout.empty()) {
-    const auto target = ds::parse_target(layout);
-    if (!target) throw Error("--layout: '" + layout + "' is not a layout name (fake-layouts.md §6)", EINVAL);
-    std::cout << layout_table(*index, *target);
-    return 0;
-  }
-  std::cout << (json ? ds::inspect_json(*index) : ds::inspect_text(*index));
+  const auto target = layout.empty() ? std::nullopt : std::optional(layout_named("--layout", layout));
+  const auto index = ds::index_tag(chosen_tag_dir(ds::scan_checkpoint(ckpt), ckpt, tag));
+  if (target)
+    std::cout << (json ? layout_json(*index, *target) : layout_table(*index, *target));
+  else
+    std::cout << (json ? ds::inspect_json(*index) : ds::inspect_text(*index));
   return 0;
 }
 
@@ -60,15 +80,16 @@ void cancel_export(int) {
 
 int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads,
                 const std::string& layout) {
+  if (!layout.empty()) layout_named("--layout", layout);  // before the load, which takes a while
   view::ViewOptions vo;
   vo.rescan_seconds = 0;  // an export copies the tags that were there when it started
   auto view = view::View::load(source, vo);
   view::ExportOptions o;
-  // Ctrl-C or SIGTERM stop the export, which then removes its temporary folder.
+  // Ctrl-C, SIGTERM or SIGHUP (the ssh session that ran it closed) stop the export, which then
+  // removes its temporary folder.
   struct sigaction sa {};
   sa.sa_handler = cancel_export;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
   o.cancel = &g_cancel_export;
   o.what = layout.empty() ? what : "layouts";
   o.below = layout;
@@ -117,16 +138,28 @@ void raise_fd_limit() {
   }
 }
 
+// -o layouts_dir=NAME must name a folder of its own: a name SRC or another made-up folder already
+// has would leave the layouts nowhere. (The default name gives way to a real SRC/layouts.)
+void check_layouts_dir(const view::View& view, const std::string& name) {
+  if (name == view::ViewOptions{}.layouts_dir) return;
+  const view::Inode* had = view.tree().lookup(view::Tree::kRoot, name);
+  if (!had || (had->made_by && std::string_view(had->made_by) == "layouts")) return;
+  throw UsageError("-o layouts_dir: '" + name + "' is already a name in the view (" +
+                   (had->made_by ? "a made-up " + std::string(had->made_by) + " folder" : "an entry of SRC") +
+                   "); choose another name");
+}
+
 }  // namespace
 
 int mount(const MountOptions& o) {
   spdlog::set_level(spdlog::level::from_str(o.log_level));  // main() accepts only known levels
   raise_fd_limit();
   // Checked before anything is indexed or forked, so that a mistake leaves nothing behind.
-  if (const std::string why = mount_point_problem(o.mountpoint); !why.empty()) throw Error(why, EEXIST);
+  const std::string mountpoint = resolve_mount_point(o.mountpoint);
+  if (const std::string why = mount_point_problem(mountpoint); !why.empty()) throw Error(why, EEXIST);
   std::error_code ec;
-  const std::string mountpoint = fs::canonical(o.mountpoint, ec).string();
-  if (ec) throw Error(o.mountpoint + ": mount point " + ec.message(), ENOENT);
+  const std::string source = fs::canonical(o.source, ec).string();
+  if (const std::string why = ec ? "" : overlap_problem(source, mountpoint); !why.empty()) throw UsageError(why);
   // Index before forking: a checkpoint that cannot be served is refused here, in the caller's terminal.
   view::ViewOptions vo;
   vo.bare_zero3_tensors = o.bare_zero3_tensors;
@@ -139,11 +172,15 @@ int mount(const MountOptions& o) {
   vo.max_shard_bytes = o.max_shard_bytes;
   vo.mount_point = mountpoint;
   auto view = view::View::load(o.source, vo);
+  check_layouts_dir(*view, o.layouts_dir);
   if (view->stats().tags == 0 && view->stats().refused_tags == 0 && view->stats().folders == 0)
     spdlog::warn(
         "{}: no ZeRO checkpoint here (no tag folder with *_optim_states.pt files): mounting a plain "
         "read-only mirror",
         o.source);
+  if (const size_t n = hidden_entries(mountpoint))
+    spdlog::warn("{}: not empty: the mount hides its {} entr{} until it is unmounted", mountpoint, n,
+                 n == 1 ? "y" : "ies");
   malloc_trim(0);  // give back what decoding the pickles used, before the server inherits it
   // One malloc arena for the server's worker threads: each thread's own arena keeps its high-water
   // mark, and a plan made for any name anyone looks up lands in whichever thread's arena is
@@ -153,7 +190,7 @@ int mount(const MountOptions& o) {
   const auto& s = view->stats();
   fuse::MountConfig cfg;
   cfg.mountpoint = mountpoint;
-  cfg.fsname = "zeromount:" + fs::canonical(o.source).string();
+  cfg.fsname = "zeromount:" + source;
   for (char& c : cfg.fsname)
     if (c == ',') c = '_';  // a comma would end the -o value
   cfg.options = o.fuse_opts;

@@ -4,13 +4,25 @@
 #include <vector>
 
 #include "zeromount/ds/target_layout.h"
+#include "zeromount/pt/error.h"
 #include "zeromount/view/view.h"
 
 namespace zm::cli {
 
+// A command line that cannot work as given (exit status 2), as opposed to a failure while running (1).
+class UsageError : public Error {
+ public:
+  explicit UsageError(std::string msg) : Error(std::move(msg), EINVAL) {}
+};
+
+// The target `name` stands for; `option` ("--layout", "-o layouts") names where it was given.
+// Throws UsageError with the grammar for any other spelling.
+ds::TargetLayout layout_named(const std::string& option, const std::string& name);
+
 // With `layout`: the partition table of that target (layout_table.cpp) instead of the index summary.
 int inspect(const std::string& ckpt, const std::string& tag, bool json, const std::string& layout = {});
 std::string layout_table(const ds::TagIndex& index, const ds::TargetLayout& target);
+std::string layout_json(const ds::TagIndex& index, const ds::TargetLayout& target);  // docs/inspect-json.md
 int dump(const std::string& file, bool json);
 // Writes the made-up folders (universal, fp32, params or all) to a new real folder.
 // With `layout`, writes layouts/<layout> as the load_dir `out`.

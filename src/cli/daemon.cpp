@@ -1,4 +1,5 @@
 #include "daemon.h"
+#include "mount_point.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -8,14 +9,11 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 namespace zm::cli {
 
@@ -47,20 +45,6 @@ void write_all(int fd, const std::string& s) {
     if (n <= 0 && errno != EINTR) return;
     if (n > 0) at += size_t(n);
   }
-}
-
-// /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape(const std::string& s) {
-  std::string o;
-  for (size_t k = 0; k < s.size(); ++k) {
-    if (s[k] == '\\' && k + 3 < s.size()) {
-      o.push_back(char((s[k + 1] - '0') * 64 + (s[k + 2] - '0') * 8 + (s[k + 3] - '0')));
-      k += 3;
-    } else {
-      o.push_back(s[k]);
-    }
-  }
-  return o;
 }
 
 void lazy_unmount(const std::string& mnt) {
@@ -122,55 +106,6 @@ void detach_stdio() {
 }
 
 }  // namespace
-
-namespace {
-
-// The "major:minor" of the mount at `mountpoint`, or "" when nothing is mounted there.
-std::string mount_device(const std::string& mountpoint) {
-  std::ifstream in("/proc/self/mountinfo");
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream f(line);
-    std::string id, parent, dev, root, point;
-    f >> id >> parent >> dev >> root >> point;
-    if (unescape(point) == mountpoint) return dev;
-  }
-  return "";
-}
-
-}  // namespace
-
-std::string mount_point_problem(const std::string& mountpoint) {
-  struct stat st;
-  if (::stat(mountpoint.c_str(), &st) != 0) {
-    if (errno == ENOTCONN)
-      return mountpoint + ": a dead mount is left there (its daemon died): run `fusermount3 -u -z " + mountpoint +
-             "` (or `umount -l` as root), then mount again";
-    return mountpoint + ": mount point " + strerror(errno);
-  }
-  if (!S_ISDIR(st.st_mode)) return mountpoint + ": mount point is not a folder";
-  // statfs always reaches the daemon, where stat may be answered from the kernel's cache.
-  struct statvfs sv;
-  if (is_mounted(mountpoint) && ::statvfs(mountpoint.c_str(), &sv) != 0 && errno == ENOTCONN)
-    return mountpoint + ": a dead mount is left there (its daemon died): run `fusermount3 -u -z " + mountpoint +
-           "` (or `umount -l` as root), then mount again";
-  if (is_mounted(mountpoint))
-    return mountpoint + ": already mounted; unmount it first (`fusermount3 -u " + mountpoint +
-           "`): a mount on top would hide it";
-  return "";
-}
-
-bool is_mounted(const std::string& mountpoint) {
-  return !mount_device(mountpoint).empty();
-}
-
-bool set_read_ahead(const std::string& mountpoint, unsigned kb) {
-  const std::string dev = mount_device(mountpoint);
-  if (dev.empty()) return false;
-  std::ofstream ra("/sys/class/bdi/" + dev + "/read_ahead_kb");
-  ra << kb << "\n";
-  ra.flush();
-  return bool(ra);
-}
 
 int run_in_background(const std::string& mountpoint, const Serve& serve, const std::string& log_file) {
   if (log_file.empty() && ::access("/dev/log", W_OK) != 0)

@@ -31,10 +31,13 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
 // that splits -o values also splits the preset list, so the items after layouts= that are layout
 // names (which no libfuse option is) belong to it.
 std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
+  using zm::cli::UsageError;
   std::vector<std::string> rest;
   bool in_list = false;
   for (const auto& o : opts) {
-    if (o == "crc") {
+    if (o == "rw") {
+      throw UsageError("-o rw: the view is read-only (every write gets EROFS); mount without rw");
+    } else if (o == "crc") {
       in_list = false;
       m.crc = true;
     } else if (o.starts_with("rescan=")) {
@@ -42,19 +45,24 @@ std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm:
       char* end = nullptr;
       m.rescan_seconds = std::strtod(o.c_str() + 7, &end);
       if (o.size() == 7 || *end || !(m.rescan_seconds >= 0) || m.rescan_seconds > 86400)
-        throw zm::Error("-o rescan: '" + o.substr(7) + "' is not a number of seconds (0 to 86400)", EINVAL);
+        throw UsageError("-o rescan: '" + o.substr(7) + "' is not a number of seconds (0 to 86400)");
     } else if (o.starts_with("max_shard_size=")) {
       in_list = false;
-      m.max_shard_bytes = zm::view::parse_shard_size(o.substr(15));
+      try {
+        m.max_shard_bytes = zm::view::parse_shard_size(o.substr(15));
+      } catch (const zm::Error& e) {
+        throw UsageError(e.what());
+      }
     } else if (o.starts_with("layouts=")) {
       in_list = true;
-      if (o.size() > 8) m.layout_presets.push_back(o.substr(8));
+      if (o.size() > 8)
+        m.layout_presets.push_back(zm::ds::target_name(zm::cli::layout_named("-o layouts", o.substr(8))));
     } else if (o.starts_with("layouts_dir=")) {
       in_list = false;
       m.layouts_dir = o.substr(12);
       if (m.layouts_dir.empty() || m.layouts_dir.find('/') != std::string::npos || m.layouts_dir == "." ||
           m.layouts_dir == "..")
-        throw zm::Error("-o layouts_dir: '" + m.layouts_dir + "' is not a file name", EINVAL);
+        throw UsageError("-o layouts_dir: '" + m.layouts_dir + "' is not a file name");
     } else if (in_list && zm::ds::parse_target(o)) {
       m.layout_presets.push_back(o);
     } else {
@@ -90,7 +98,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", m.threads, "FUSE worker threads (default: libfuse's)");
   app.add_option("--read-ahead-kb", m.read_ahead_kb, "mount readahead in KiB (root only; 0 leaves 128)")
       ->capture_default_str();
-  app.add_option("--tag", m.tags, "serve only this tag (repeatable); it must index, or the mount is refused");
+  // One value per --tag: a list option would swallow SRC and MNT after it.
+  app.add_option("--tag", m.tags, "serve only this tag (repeatable); it must index, or the mount is refused")
+      ->allow_extra_args(false);
   app.add_flag("--tp-no-strict", m.tp_no_strict,
                "like ds_to_universal.py --no_strict: do not refuse universal_checkpoint_info patterns that match no "
                "parameter (e.g. a frozen AutoTP parameter)");
@@ -129,6 +139,9 @@ int main(int argc, char** argv) {
   try {
     if (*inspect) return zm::cli::inspect(ckpt, tag, json, layout);
     if (*dump) return zm::cli::dump(file, json);
+    if (*exp && !layout.empty() && exp->count("--view"))
+      throw zm::cli::UsageError("export: --layout writes one load_dir, layouts/" + layout +
+                                "; --view picks made-up folders instead: give one of them");
     if (*exp) return zm::cli::export_view(ckpt, out, what, threads, layout);
     if (m.source.empty() || m.mountpoint.empty()) {
       std::cerr << app.help();
@@ -136,6 +149,9 @@ int main(int argc, char** argv) {
     }
     m.fuse_opts = take_own_opts(split_opts(raw_opts), m);
     return zm::cli::mount(m);
+  } catch (const zm::cli::UsageError& e) {
+    std::cerr << "zeromount: " << e.what() << "\n";
+    return 2;
   } catch (const zm::Error& e) {
     std::cerr << "zeromount: " << e.what() << "\n";
     return 1;

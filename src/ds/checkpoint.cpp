@@ -20,10 +20,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// By name only: a tag folder's entries are not followed here (a link loop in it must not stop the scan).
 bool holds_optim_states(const fs::path& dir) {
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    auto n = parse_shard_name(e.path().filename().string());
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    auto n = parse_shard_name(it->path().filename().string());
     if (n && n->kind == FileKind::OptimStates) return true;
   }
   return false;
@@ -39,6 +40,23 @@ StepValue::Kind common_step_kind(const TagIndex& index) {
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> tag_folder_files(const std::string& dir) {
+  std::vector<std::pair<std::string, std::string>> files;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    std::error_code bad;
+    if (it->is_regular_file(bad)) {
+      files.emplace_back(std::move(name), it->path().string());
+    } else if (bad && parse_shard_name(name)) {
+      throw Error(where(it->path().string(), "cannot be followed: " + bad.message()), bad.value());
+    }
+  }
+  if (ec) throw Error(where(dir, "cannot list: " + ec.message()), ec.value());
+  return files;
+}
 
 bool tag_order(const std::string& a, const std::string& b) {
   // Numbers compare as numbers: global_step20 before global_step100, as training wrote them.
@@ -87,13 +105,16 @@ CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip) 
   std::error_code ec;
   c.root = fs::canonical(path, ec).string();
   if (ec) throw Error(path + ": " + ec.message(), ENOENT);
-  if (!fs::is_directory(c.root)) throw Error(path + ": not a directory", ENOTDIR);
+  if (!fs::is_directory(c.root, ec)) throw Error(path + ": not a directory", ENOTDIR);
+  // A folder that cannot be listed would be served as an empty mirror: say why instead.
+  fs::directory_iterator it(c.root, ec);
+  if (ec) throw Error(path + ": cannot list: " + ec.message(), ec.value());
   if (const auto text = read_latest(c.root)) c.latest = latest_tag(*text);
   c.root_is_tag = holds_optim_states(c.root);
   // A tag folder reached twice (a real one and an alias link to it) is one tag, under its real
   // name; a link to a folder elsewhere is a tag under the link's name.
   std::map<std::string, std::pair<bool, std::string>> by_target;  // canonical -> (is a link, name)
-  for (fs::directory_iterator it(c.root, ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
     if (it->path() == skip || !it->is_directory(e2) || !holds_optim_states(it->path())) continue;
     const std::string target = fs::canonical(it->path(), e2).string();
@@ -110,7 +131,9 @@ CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip) 
 
 std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict) {
   auto index = std::make_unique<TagIndex>();
-  index->dir = fs::canonical(tag_dir).string();
+  std::error_code ec;
+  index->dir = fs::canonical(tag_dir, ec).string();
+  if (ec) throw Error(tag_dir + ": " + ec.message(), ec.value());
   index->tag = fs::path(index->dir).filename().string();
   if (is_parallel_tag(index->dir)) {
     index_parallel(*index, tp_strict);
@@ -119,35 +142,33 @@ std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict) 
   }
   std::map<int, std::string> optim, zero_model;
   std::string model;
-  for (const auto& e : fs::directory_iterator(index->dir)) {
-    const std::string fname = e.path().filename().string();
+  for (const auto& [fname, path] : tag_folder_files(index->dir)) {
     auto n = parse_shard_name(fname);
-    if (!n || !e.is_regular_file()) continue;
-    const std::string where_ = index->dir + "/" + fname;
+    if (!n) continue;
     switch (n->kind) {
       case FileKind::LayerStates:
-        throw Error(where(where_, "pipeline-parallel checkpoints (layer files) are not supported yet"), ENOTSUP);
+        throw Error(where(path, "pipeline-parallel checkpoints (layer files) are not supported yet"), ENOTSUP);
       case FileKind::ExpertStates:
       case FileKind::ExpertOptim:
-        throw Error(where(where_, "mixture-of-experts checkpoints are not supported yet"), ENOTSUP);
+        throw Error(where(path, "mixture-of-experts checkpoints are not supported yet"), ENOTSUP);
       default:
         break;
     }
     if (n->mp != 0)
-      throw Error(where(where_, "tensor/pipeline model-parallel checkpoints (mp_rank " + std::to_string(n->mp) +
-                                    ") are not supported yet"),
+      throw Error(where(path, "tensor/pipeline model-parallel checkpoints (mp_rank " + std::to_string(n->mp) +
+                                  ") are not supported yet"),
                   ENOTSUP);
     if (n->kind == FileKind::OptimStates) {
       if (!optim.empty() && n->prefix != index->optim_prefix)
         throw FormatError(where(
-            where_, "optimizer files with different prefixes ('" + index->optim_prefix + "' and '" + n->prefix + "')"));
+            path, "optimizer files with different prefixes ('" + index->optim_prefix + "' and '" + n->prefix + "')"));
       index->optim_prefix = n->prefix;
-      if (!optim.emplace(n->dp, e.path().string()).second)
-        throw FormatError(where(where_, "two optimizer files for dp rank " + std::to_string(n->dp)));
+      if (!optim.emplace(n->dp, path).second)
+        throw FormatError(where(path, "two optimizer files for dp rank " + std::to_string(n->dp)));
     } else if (n->kind == FileKind::ZeroModelStates) {
-      zero_model.emplace(n->dp, e.path().string());
+      zero_model.emplace(n->dp, path);
     } else if (n->kind == FileKind::ModelStates) {
-      model = e.path().string();
+      model = path;
     }
   }
   if (optim.empty()) throw Error(where(index->dir, "no *_optim_states.pt files: not a ZeRO checkpoint"), ENOENT);

@@ -511,7 +511,9 @@ std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit
   if (hit) *hit = false;
   const std::string cache = index_cache_dir();
   if (cache.empty()) return index_tag(tag_dir, tp_strict);
-  const std::string dir = fs::canonical(tag_dir).string();
+  std::error_code ec;
+  const std::string dir = fs::canonical(tag_dir, ec).string();
+  if (ec) throw Error(tag_dir + ": " + ec.message(), ec.value());
   const std::string entry = entry_path(cache, dir, tp_strict);
   try {
     std::ifstream in(entry, std::ios::binary);

@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -17,8 +16,6 @@
 #include "zeromount/pt/error.h"
 
 namespace zm::ds {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -42,10 +39,7 @@ bool ends_with(const std::string& s, const std::string& p) {
 
 GridFiles collect(const std::string& dir) {
   GridFiles g;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    const std::string f = e.path().filename().string();
-    const std::string path = e.path().string();
+  for (const auto& [f, path] : tag_folder_files(dir)) {
     if (f.find("expert_") != std::string::npos && ends_with(f, "_model_states.pt")) {
       ++g.expert_files;
       continue;

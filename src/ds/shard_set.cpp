@@ -16,7 +16,7 @@ OpenShard ShardSet::open(const std::string& path) {
   shard.pickle_hash = s.pt->pickle_hash;
   s.id = uint32_t(index_.shards.size());
   index_.shards.push_back(std::move(shard));
-  s.name = path.substr(path.find_last_of('/') + 1);
+  s.name = path;
   return s;
 }
 

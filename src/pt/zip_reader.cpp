@@ -25,18 +25,28 @@ uint64_t u64(const unsigned char* p) {
   return uint64_t(u32(p)) | uint64_t(u32(p + 4)) << 32;
 }
 
+// What a file that is not a zip archive most likely is, from its first bytes, so that the refusal
+// says what the user passed rather than guessing one format.
+std::string not_a_zip(const unsigned char* head, size_t n) {
+  if (n >= 9 && head[8] == '{' && u64(head) > 1 && u64(head) < (uint64_t(1) << 32))  // 8-byte length, then JSON
+    return "a safetensors file, not a torch.save (.pt) file";
+  if (n >= 6 && std::memcmp(head, "\x93NUMPY", 6) == 0) return "a numpy .npy file, not a torch.save (.pt) file";
+  if (head[0] == 0x80)  // a pickle protocol opcode: torch.save before 1.6
+    return "not a zip archive: legacy torch.save format is not supported (re-save with torch >= 1.6 zip "
+           "serialization)";
+  return "not a torch.save (.pt) file: not a zip archive";
+}
+
 }  // namespace
 
 ZipReader::ZipReader(const File& file) : file_(file) {
   const std::string& path = file.path();
   const uint64_t fsize = file.size();
-  unsigned char magic[4] = {};
+  unsigned char head[9] = {};
   if (fsize < 4) throw FormatError(where(path, "too small to be a torch.save file"));
-  file.read_exact(0, magic, 4, "magic");
-  if (u32(magic) != kLocalSig)
-    throw FormatError(where(path,
-                            "not a zip archive: legacy torch.save format is not supported "
-                            "(re-save with torch >= 1.6 zip serialization)"));
+  const size_t n = size_t(std::min<uint64_t>(fsize, sizeof head));
+  file.read_exact(0, head, n, "magic");
+  if (u32(head) != kLocalSig) throw FormatError(where(path, not_a_zip(head, n)));
   if (fsize < 22) throw FormatError(where(path, "too small for a zip end record"));
 
   // The EOCD is the last 22 bytes plus a comment of at most 64 KiB.

@@ -9,8 +9,12 @@ Access access_of(const struct stat& st) {
 }
 
 bool ProviderContext::taken(const std::string& name) {
-  if (!tree_.lookup(dir(), name)) return false;
-  spdlog::warn("{}/{}: a real entry of that name exists; showing it instead of a made-up one", folder_.path(), name);
+  const Inode* had = tree_.lookup(dir(), name);
+  if (!had) return false;
+  if (had->made_by)
+    spdlog::warn("{}/{}: already a made-up {} folder; not made again", folder_.path(), name, had->made_by);
+  else
+    spdlog::warn("{}/{}: a real entry of that name exists; showing it instead of a made-up one", folder_.path(), name);
   return true;
 }
 

@@ -63,9 +63,10 @@ def unmount(mnt):
 
 
 @contextlib.contextmanager
-def mount(src, *extra, expect_fail=False):
+def mount(src, *extra, expect_fail=False, first=()):
+    """Mounts src on a fresh folder: `zeromount *first SRC MNT *extra`."""
     mnt = tempfile.mkdtemp(dir=TEST_ROOT)
-    r = subprocess.run([ZEROMOUNT, src, mnt, *extra], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([ZEROMOUNT, *first, src, mnt, *extra], capture_output=True, text=True, timeout=120)
     if expect_fail:
         assert r.returncode != 0, "mount should have been refused"
         assert mnt not in mounted_paths()

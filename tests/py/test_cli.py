@@ -4,11 +4,12 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 import torch
 
-from conftest import FIXTURE_NAMES, FIXTURES, ZEROMOUNT, mount
+from conftest import FIXTURE_NAMES, FIXTURES, ZEROMOUNT, mount, mounted_paths
 
 
 def run(*args):
@@ -95,7 +96,7 @@ def test_one_broken_tag_leaves_the_others_served(tmp_copy):
 
 def test_mount_point_errors_are_clear(tmp_path):
     r = run(os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint"), str(tmp_path / "missing"))
-    assert r.returncode != 0 and "missing" in r.stderr
+    assert r.returncode != 0 and f"{tmp_path}/missing: mount point: No such file or directory" in r.stderr, r.stderr
     r = run(str(tmp_path / "nothing-here"), str(tmp_path))
     assert r.returncode != 0 and "nothing-here" in r.stderr
 
@@ -190,3 +191,197 @@ def test_latest_rewritten_after_the_mount_is_never_stale(tmp_copy):
             f.write("global_step4")
         assert open(f"{m}/latest").read() == before == "global_step3"
         assert open(f"{m}/latest_universal").read() == "global_step3_universal"
+
+
+def unmount_lazily(mnt):
+    """Unmounts every mount stacked on `mnt` without listing it; True if there was one."""
+    made = mnt in mounted_paths()
+    for _ in range(10):
+        if mnt not in mounted_paths():
+            break
+        subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+    return made
+
+
+def refused(mnt, *args):
+    """`zeromount *args`, which must not mount on `mnt`. A mount made anyway is unmounted lazily
+    and never listed: the first listing of a mount onto its own source hangs for good (issue 20)."""
+    try:
+        return run(*args)
+    finally:
+        assert not unmount_lazily(os.path.realpath(mnt)), f"{mnt} was mounted"
+
+
+OVERLAPS = {
+    "the same folder": lambda d, tmp: (d, d, "the mount point is SRC itself"),
+    "the same folder through a link": lambda d, tmp: (d, link(tmp / "alias", d), "the mount point is SRC itself"),
+    "a mount point inside SRC": lambda d, tmp: (d, mkdir(f"{d}/view"), "the mount point is inside SRC"),
+    "SRC inside the mount point": lambda d, tmp: (d, str(tmp), "SRC is inside the mount point"),
+}
+
+
+def link(path, target):
+    os.symlink(target, path)
+    return str(path)
+
+
+def mkdir(path):
+    os.mkdir(path)
+    return path
+
+
+@pytest.mark.parametrize("how", OVERLAPS)
+def test_a_mount_onto_its_own_source_is_refused(tmp_copy, tmp_path, how):
+    src, mnt, why = OVERLAPS[how](tmp_copy("z2_ws2_fp32_pg2"), tmp_path)
+    r = refused(mnt, src, mnt)
+    assert r.returncode == 2 and why in r.stderr and os.path.realpath(src) in r.stderr, r.stderr
+
+
+def test_a_relative_mount_point_is_checked_like_an_absolute_one(tmp_path):
+    import signal
+    import time
+    name = "mnt-" + tmp_path.name  # unique: it finds this mount's server by its command line
+    real = str(tmp_path / name)
+    os.mkdir(real)
+    zm = lambda m: subprocess.run([ZEROMOUNT, SRC, m], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    try:
+        assert zm(name).returncode == 0
+        again = zm(name)
+        assert again.returncode == 1 and f"{real}: already mounted" in again.stderr, again.stderr
+        assert mounted_paths().count(real) == 1, "no second mount on top"
+        server = serving_processes(name)[0]
+        supervisor = int(open(f"/proc/{server}/stat").read().split(")")[1].split()[1])
+        os.kill(supervisor, signal.SIGKILL)  # nobody is left to unmount: the mount is dead
+        os.kill(int(server), signal.SIGKILL)
+        time.sleep(0.3)
+        dead = zm(f"./{name}/")
+        assert dead.returncode == 1 and "dead mount" in dead.stderr and f"fusermount3 -u -z {real}" in dead.stderr, \
+            dead.stderr
+        assert mounted_paths().count(real) == 1, "no mount on top of the dead one"
+    finally:
+        unmount_lazily(real)
+
+
+def test_tag_takes_one_value_and_may_come_before_the_folders(tmp_copy):
+    d = tmp_copy("z2_ws2_fp32_pg2")
+    shutil.copytree(f"{d}/global_step3", f"{d}/global_step4")
+    with mount(d, first=["--tag", "global_step4"]) as m:
+        names = os.listdir(m)
+        assert "global_step4_universal" in names and "global_step3_universal" not in names
+    with mount(d, first=["--tag", "global_step3", "--tag", "global_step4"]) as m:
+        assert {"global_step3_universal", "global_step4_universal"} <= set(os.listdir(m))
+
+
+def test_options_that_cannot_work_are_usage_errors(tmp_path):
+    (tmp_path / "m").mkdir()
+    m = str(tmp_path / "m")
+    r = refused(m, SRC, m, "-o", "rw")
+    assert r.returncode == 2 and "-o rw" in r.stderr and "read-only" in r.stderr, r.stderr
+    r = refused(m, SRC, m, "-o", "layouts=zero3-dp0-fp32")
+    assert r.returncode == 2 and "not a layout name" in r.stderr and "zero{1,2,3}-dp<W>" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name,what", [("latest", "an entry of SRC"), ("notes", "an entry of SRC"),
+                                       ("global_step3_universal", "a made-up universal folder")])
+def test_layouts_dir_that_is_taken_is_refused(tmp_copy, tmp_path, name, what):
+    d = tmp_copy("z2_ws2_fp32_pg2")
+    os.mkdir(f"{d}/notes")
+    m = str(tmp_path / "m")
+    os.mkdir(m)
+    r = refused(m, d, m, "-o", f"layouts_dir={name}")
+    assert r.returncode == 2 and f"-o layouts_dir: '{name}'" in r.stderr and what in r.stderr, r.stderr
+    if what.startswith("a made-up"):
+        assert "a real entry" not in r.stderr, "no false warning about a real entry"
+
+
+def test_a_non_empty_mount_point_is_named_and_still_mounted(tmp_path):
+    for d in ("full", "empty"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("x")
+    for d in ("full", "empty"):
+        r = run(SRC, str(tmp_path / d))
+        try:
+            assert r.returncode == 0, r.stderr
+            named = [l for l in r.stderr.splitlines() if "not empty" in l]
+            if d == "full":
+                assert len(named) == 1 and f"{tmp_path}/full" in named[0] and "1 entry" in named[0], r.stderr
+            else:
+                assert named == [], r.stderr
+        finally:
+            subprocess.run(["fusermount3", "-u", str(tmp_path / d)], capture_output=True)
+    assert (tmp_path / "full" / "mine.txt").read_text() == "x"
+
+
+def test_inspect_and_dump_say_what_is_wrong(tmp_path):
+    r = run("inspect", SRC, "--tag", "nope")
+    assert r.returncode == 1 and "--tag nope: no such tag folder" in r.stderr and "global_step3" in r.stderr, r.stderr
+    assert "filesystem error" not in r.stderr
+    st = tmp_path / "model.safetensors"
+    header = b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    st.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    r = run("dump", str(st))
+    assert r.returncode == 1 and f"{st}: a safetensors file, not a torch.save (.pt) file" in r.stderr, r.stderr
+
+
+def test_key_level_errors_name_the_full_path(tmp_copy):
+    d = tmp_copy("z2_ws2_fp32_pg2")
+    path = f"{d}/global_step3/mp_rank_00_model_states.pt"
+    sd = torch.load(path, weights_only=False)
+    del sd["param_shapes"]
+    torch.save(sd, path)
+    r = run("inspect", d)
+    assert r.returncode == 1 and f"{path}: key 'param_shapes': missing" in r.stderr, r.stderr
+
+
+def test_inspect_layout_json_holds_the_partition_table():
+    params = {p["name"]: p["numel"] for p in json.loads(run("inspect", SRC, "--json").stdout)["params"]}
+    W = 4
+    r = run("inspect", SRC, "--layout", f"zero3-dp{W}-fp32", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["layout"] == "zero3-dp4-fp32" and j["source_layout"] == "zero2-dp2-fp32" and j["dp"] == W
+    assert j["ranks_shown"] == [0, 1, 2, 3] and j["groups"] == [] and j["params"] == len(params)
+    seen = {}
+    for sg in j["sub_groups"]:
+        for rank in sg["ranks"]:
+            held = 0
+            for h in rank["holds"]:
+                part = -(-params[h["name"]] // W)  # ZeRO-3: ceil(n / W) elements per rank, the last one short
+                assert h["from"] == rank["rank"] * part and h["numel"] == min(part, params[h["name"]] - h["from"])
+                seen[h["name"]] = seen.get(h["name"], 0) + h["numel"]
+                held += h["numel"]
+            assert rank["flat"] == sg["numel"] and rank["padding"] == sg["numel"] - held
+    assert seen == params, "every element of every parameter on exactly one rank"
+    z2 = json.loads(run("inspect", SRC, "--layout", "zero2-dp3-fp32", "--json").stdout)
+    for g in z2["groups"]:
+        assert g["padded"] == -(-g["numel"] // 6) * 6 and g["partition"] == g["padded"] // 3  # 2W alignment
+        assert sum(r["valid"] for r in g["ranks"]) == g["numel"]
+    big = json.loads(run("inspect", SRC, "--layout", "zero3-dp65536-bf16", "--json").stdout)
+    assert big["ranks_shown"] == [0, 1, 2, 3, 65532, 65533, 65534, 65535]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs zeromount as a second user: needs root")
+def test_a_source_that_cannot_be_listed_is_refused(tmp_path):
+    from conftest import TEST_ROOT
+    from test_field import USER, second_user
+    user = second_user()
+    os.chmod(TEST_ROOT, 0o755)
+    home = tempfile.mkdtemp(dir=TEST_ROOT)
+    os.chmod(home, 0o755)
+    src, mnt = os.path.join(home, "ckpt"), os.path.join(home, "m")
+    shutil.copytree(SRC, src)
+    os.chmod(src, 0)  # its owner, root, lets nobody list it
+    os.mkdir(mnt)
+    os.chown(mnt, user.pw_uid, user.pw_gid)
+    dev_mode = os.stat("/dev/fuse").st_mode & 0o777
+    os.chmod("/dev/fuse", 0o666)  # so that only the refusal can stop this mount
+    try:
+        r = subprocess.run(["runuser", "-u", USER, "--", ZEROMOUNT, src, mnt], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, XDG_CACHE_HOME=os.path.join(home, "cache")))
+    finally:
+        os.chmod("/dev/fuse", dev_mode)
+        made = unmount_lazily(mnt)
+        os.chmod(src, 0o755)
+    assert not made and r.returncode == 1 and f"{src}: cannot list: Permission denied" in r.stderr, r.stderr
+    r = refused(mnt, os.path.join(src, "latest"), mnt)  # a file
+    assert r.returncode == 1 and "not a directory" in r.stderr, r.stderr

@@ -97,18 +97,30 @@ def test_a_stopped_export_leaves_nothing_and_a_dead_ones_leftovers_go(tmp_path):
         os.path.abspath(__file__)))), "bench", "gen_ckpt.py"), str(big), "--stage", "2", "--dp", "2", "--params", "8",
         "--numel-min", "4000000", "--numel-max", "4000000"], check=True, capture_output=True, timeout=300)
     out = tmp_path / "exported"
-    p = subprocess.Popen([ZEROMOUNT, "export", str(big), str(out), "--view", "all", "--threads", "1"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 30
-    while time.time() < deadline and not [e for e in os.listdir(tmp_path) if e.startswith(".exported.")]:
-        time.sleep(0.005)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode != 0 and "interrupted" in err, err
-    assert sorted(os.listdir(tmp_path)) == ["big"], "no temporary folder and no half export"
+    # SIGHUP: the ssh session that ran the export closed.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        p = subprocess.Popen([ZEROMOUNT, "export", str(big), str(out), "--view", "all", "--threads", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline and not [e for e in os.listdir(tmp_path) if e.startswith(".exported.")]:
+            time.sleep(0.005)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode != 0 and "interrupted" in err, (sig, err)
+        assert sorted(os.listdir(tmp_path)) == ["big"], f"{sig}: no temporary folder and no half export"
     # A dead export's folder (kill -9 leaves it) is removed by the next export to the same place.
     stale = tmp_path / ".exported.zeromount-dead01"
     stale.mkdir()
     (stale / ".zeromount-pid").write_text("999999999\n")
     assert export(os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint"), out).returncode == 0
     assert not stale.exists()
+
+
+def test_export_layout_takes_a_layout_name_and_no_view(tmp_path):
+    src = os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint")
+    r = export(src, tmp_path / "o", "--layout", "zero3-dp0-fp32")
+    assert r.returncode == 2 and "'zero3-dp0-fp32' is not a layout name" in r.stderr, r.stderr
+    assert "zero{1,2,3}-dp<W>-{fp32,fp16,bf16}" in r.stderr and "README" not in r.stderr, "the grammar, here"
+    r = export(src, tmp_path / "o", "--layout", "zero3-dp4-fp32", "--view", "fp32")
+    assert r.returncode == 2 and "--view" in r.stderr and "--layout" in r.stderr, r.stderr
+    assert os.listdir(tmp_path) == []

@@ -82,6 +82,20 @@ def test_a_second_user_reads_only_what_the_source_lets_them(tmp_path):
         assert read_as(USER, f"{m}/{TAG}_universal/zero/fc1.weight/fp32.pt") == errno.EACCES
 
 
+@as_root
+def test_a_closed_parent_of_src_does_not_close_the_mount(tmp_path):
+    """README, Permissions: SRC and what lies below it are carried over, the folders above it are not."""
+    second_user()
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    src = world_readable_copy(tmp_path)
+    src = shutil.move(src, closed / "ckpt")
+    assert read_as(USER, f"{src}/latest") == errno.EACCES, "the parent keeps the second user out of SRC"
+    with mount(str(src), "-o", "allow_other") as m:
+        assert read_as(USER, f"{m}/latest") == 0, "but not out of a mount that lives elsewhere"
+        assert read_as(USER, f"{m}/{TAG}_universal/zero/fc1.weight/fp32.pt") == 0
+
+
 def test_links_stay_links_and_broken_ones_do_not_refuse_the_mount(tmp_path):
     src = tmp_path / "ckpt"
     shutil.copytree(SRC, src)

@@ -140,7 +140,7 @@ def test_sharding_keeps_a_tie_in_one_shard_and_counts_it_once():
 
 def test_a_bad_shard_size_is_refused():
     with mount(RUN, "-o", "max_shard_size=5XB", expect_fail=True) as r:
-        assert "-o max_shard_size: '5XB' is not a size" in r.stderr and r.returncode == 1, r.stderr
+        assert "-o max_shard_size: '5XB' is not a size" in r.stderr and r.returncode == 2, r.stderr
 
 
 def test_checkpoints_saved_and_deleted_while_mounted(tmp_path):

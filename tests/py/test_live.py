@@ -123,7 +123,7 @@ def test_rescan_zero_serves_the_mount_time_tags(tmp_path):
 def test_a_rescan_that_is_not_a_number_is_refused(tmp_path):
     r = subprocess.run([ZEROMOUNT, str(copy_source(tmp_path)), str(tmp_path), "-o", "rescan=soon"],
                        capture_output=True, text=True)
-    assert r.returncode == 1 and "-o rescan: 'soon'" in r.stderr, r.stderr
+    assert r.returncode == 2 and "-o rescan: 'soon'" in r.stderr, r.stderr
 
 
 def test_stats_count_the_shard_bytes_each_reader_took(tmp_path):

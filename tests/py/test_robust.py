@@ -154,3 +154,27 @@ def test_missing_shard_after_mount_fails_reads(tmp_copy):
         with pytest.raises(OSError) as e:
             torch.load(f"{m}/{TAG}_universal/zero/fc1.weight/fp32.pt", weights_only=True)
         assert e.value.errno in (errno.ESTALE, errno.EIO)
+
+
+def test_a_link_loop_in_a_tag_folder_stays_a_link(tmp_copy):
+    d = tmp_copy("z2_ws2_fp32_pg2")
+    os.symlink("loop", f"{d}/{TAG}/loop")
+    os.symlink("b", f"{d}/{TAG}/a")
+    os.symlink("a", f"{d}/{TAG}/b")
+    with mount(d) as m:
+        assert [os.readlink(f"{m}/{TAG}/{n}") for n in ("loop", "a", "b")] == ["loop", "b", "a"]
+        assert f"{TAG}_universal" in os.listdir(m)
+        assert open(f"{m}/.zeromount/errors").read() == ""
+    # Under a name DeepSpeed writes, a loop refuses that tag alone, and says why.
+    shutil.copytree(f"{d}/{TAG}", f"{d}/global_step4", symlinks=True)
+    rank2 = f"{d}/global_step4/zero_pp_rank_2_mp_rank_00_optim_states.pt"
+    os.symlink(os.path.basename(rank2), rank2)
+    with mount(d) as m:
+        names = os.listdir(m)
+        assert f"{TAG}_universal" in names and "global_step4_universal" not in names
+        errors = open(f"{m}/.zeromount/errors").read()
+        in_mount = os.path.relpath(rank2, d)  # errors name files by their path in the mount
+        assert errors == f"global_step4: {in_mount}: cannot be followed: Too many levels of symbolic links\n", errors
+    r = subprocess.run([ZEROMOUNT, "inspect", d, "--tag", "global_step4"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and f"{rank2}: cannot be followed" in r.stderr and "filesystem error" not in r.stderr, \
+        r.stderr

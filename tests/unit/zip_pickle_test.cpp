@@ -115,5 +115,28 @@ TEST(PtReader, LegacyFormatIsNamed) {
   }
 }
 
+// A file that is not a torch.save archive is named for what it is, not taken for an old .pt.
+TEST(PtReader, OtherFormatsAreNamed) {
+  const std::string dir = temp_dir();
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  std::string safetensors(8, '\0');
+  safetensors[0] = char(header.size());
+  write_file(dir + "/model.safetensors", safetensors + header + std::string(4, '\0'));
+  write_file(dir + "/w.npy", std::string("\x93NUMPY\x01\x00v\x00", 10) + "{'descr': '<f4'}");
+  write_file(dir + "/notes.txt", "step 1200: loss 2.1\n");
+  const std::pair<const char*, const char*> cases[] = {
+      {"model.safetensors", "model.safetensors: a safetensors file, not a torch.save (.pt) file"},
+      {"w.npy", "w.npy: a numpy .npy file, not a torch.save (.pt) file"},
+      {"notes.txt", "notes.txt: not a torch.save (.pt) file: not a zip archive"}};
+  for (const auto& [name, said] : cases) {
+    try {
+      pt::load_pt(dir + "/" + name);
+      ADD_FAILURE() << name << " accepted";
+    } catch (const FormatError& e) {
+      EXPECT_EQ(std::string(e.what()), dir + "/" + said);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zm::test

@@ -1,6 +1,6 @@
 #pragma once
 // A pickle value plus where it came from (file and key path), so that every refusal names both:
-// "zero_pp_rank_1_mp_rank_00_optim_states.pt: key 'optimizer_state_dict.param_slice_mappings[0]': ..."
+// "/ckpt/global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt: key 'optimizer_state_dict.zero_stage': ..."
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -14,7 +14,7 @@ struct OpenShard {
   std::unique_ptr<pt::PtFile> pt;
   uint32_t id = 0;  // its index in TagIndex::shards
   Field root() const { return Field(pt->root, name); }
-  std::string name;  // file name for messages
+  std::string name;  // the file's path, for messages
 };
 
 class ShardSet {

@@ -27,8 +27,10 @@ struct TargetLayout {
   bool operator==(const TargetLayout&) const = default;
 };
 
-// The canonical names of spec §6: zero{1,2,3}-dp<W>-{fp32,fp16,bf16}[-rr | -sg<N>], bf16opt-dp<W>.
-// Any other spelling is nullopt, so that one layout has exactly one name.
+// The canonical names of spec §6, as kTargetGrammar spells them for people. Any other spelling is
+// nullopt, so that one layout has exactly one name.
+inline constexpr std::string_view kTargetGrammar =
+    "zero{1,2,3}-dp<W>-{fp32,fp16,bf16}[-rr|-sg<N>] or bf16opt-dp<W>, W = 1..65536 (fake-layouts.md §6)";
 std::optional<TargetLayout> parse_target(std::string_view name);
 std::string target_name(const TargetLayout& layout);
 
