@@ -93,9 +93,11 @@ bool View::refresh(Folder& f) const {
   try {
     dir = ds::scan_checkpoint(f.real, opts_.mount_point);
   } catch (const Error& e) {
-    spdlog::warn("rescan: {}", e.what());
+    if (f.scan_error != e.what()) spdlog::warn("rescan: {}", e.what());  // once, not every second
+    f.scan_error = e.what();
     return false;
   }
+  f.scan_error.clear();
   forget_deleted(f, dir.tags);
   const size_t before = f.tags.size();
   index_new_tags(f, dir.tags, true);
