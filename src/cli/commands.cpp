@@ -130,7 +130,7 @@ namespace zm::cli {
 namespace {
 
 void raise_fd_limit() {
-  // Every shard stays open for the mount's lifetime; checkpoints with many ranks exceed 1024.
+  // Up to FileTable::kMaxOpen shards are open at once, besides the FUSE device and the logs.
   struct rlimit r;
   if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
     r.rlim_cur = r.rlim_max;

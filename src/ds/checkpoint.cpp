@@ -145,18 +145,12 @@ std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict) 
   for (const auto& [fname, path] : tag_folder_files(index->dir)) {
     auto n = parse_shard_name(fname);
     if (!n) continue;
-    switch (n->kind) {
-      case FileKind::LayerStates:
-        throw Error(where(path, "pipeline-parallel checkpoints (layer files) are not supported yet"), ENOTSUP);
-      case FileKind::ExpertStates:
-      case FileKind::ExpertOptim:
-        throw Error(where(path, "mixture-of-experts checkpoints are not supported yet"), ENOTSUP);
-      default:
-        break;
-    }
-    if (n->mp != 0)
-      throw Error(where(path, "tensor/pipeline model-parallel checkpoints (mp_rank " + std::to_string(n->mp) +
-                                  ") are not supported yet"),
+    // Layer, expert and mp_rank > 0 files make a folder parallel (is_parallel_tag): only an expert
+    // optimizer file without expert model states reaches here.
+    if (n->kind == FileKind::ExpertOptim)
+      throw Error(where(path,
+                        "an expert-parallel optimizer file without the expert model-state files "
+                        "(layer_L_expert_E_mp_rank_XX_model_states.pt) it belongs with"),
                   ENOTSUP);
     if (n->kind == FileKind::OptimStates) {
       if (!optim.empty() && n->prefix != index->optim_prefix)

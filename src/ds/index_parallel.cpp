@@ -30,27 +30,20 @@ struct GridFiles {
   int layer_files = 0, layer01_files = 0, expert_files = 0;
 };
 
-bool starts_with(const std::string& s, const char* p) {
-  return s.rfind(p, 0) == 0;
-}
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-
 GridFiles collect(const std::string& dir) {
   GridFiles g;
   for (const auto& [f, path] : tag_folder_files(dir)) {
-    if (f.find("expert_") != std::string::npos && ends_with(f, "_model_states.pt")) {
+    auto n = parse_shard_name(f);
+    if (!n) continue;
+    if (n->kind == FileKind::ExpertStates) {
       ++g.expert_files;
       continue;
     }
-    if (starts_with(f, "layer_") && ends_with(f, "model_states.pt")) {  // never read (§2)
+    if (n->kind == FileKind::LayerStates) {  // never read (§2)
       ++g.layer_files;
-      if (starts_with(f, "layer_01")) ++g.layer01_files;
+      g.layer01_files += n->layer == 1;
       continue;
     }
-    auto n = parse_shard_name(f);
-    if (!n) continue;
     if (n->kind == FileKind::ModelStates) g.mp[n->mp] = path;
     if (n->kind == FileKind::ZeroModelStates) g.zero_model[{n->dp, n->mp}] = path;
     if (n->kind == FileKind::OptimStates) {

@@ -49,8 +49,9 @@ std::optional<ShardName> parse_shard_name(std::string_view filename) {
         (k.lit("_optim_states.pt") || k.lit("optim_states.pt")) && k.end())
       return ShardName{FileKind::OptimStates, dp, mp, prefix};
   }
-  if (Cursor k = c; k.lit("layer_") && k.num(skip, 9) && k.lit("-model_") && ends_with(k.s, "model_states.pt"))
-    return ShardName{FileKind::LayerStates};
+  // layer_XX-model_states.pt, or layer_XX-model_YY-model_states.pt with tensor parallelism
+  if (Cursor k = c; k.lit("layer_") && k.num(skip, 9) && k.lit("-model_") && ends_with(k.s, "states.pt"))
+    return ShardName{FileKind::LayerStates, 0, 0, "", skip};
   {
     Cursor k = c;
     if (Cursor l = k; l.lit("layer_") && l.num(skip, 9) && l.lit("_")) k = l;

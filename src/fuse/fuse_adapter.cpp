@@ -43,6 +43,28 @@ bool first_time(const view::Inode* n, int err) {
   return seen.emplace(n ? n->ino : 0, err).second;
 }
 
+// How loud a refusal is, by what it says (as mountpoint-s3 gives each error its level): what a
+// caller asked that a read-only view never does is the caller's business; a source that changed
+// under the mount is worth a warning; anything else (EIO, a broken file) is an error.
+spdlog::level::level_enum level_of(int err) {
+  switch (err) {
+    case EROFS:
+    case EISDIR:
+    case ENOTDIR:
+    case ENOENT:
+    case EINVAL:
+    case ELOOP:
+    case EACCES:
+    case EPERM:
+    case EOPNOTSUPP:
+      return spdlog::level::debug;
+    case ESTALE:
+      return spdlog::level::warn;
+    default:
+      return spdlog::level::err;
+  }
+}
+
 // The errno of the exception in flight; logs it once with the path it concerns.
 int current_errno(fuse_req_t req, const char* op, const view::Inode* n) noexcept {
   const std::string path = n ? view_of(req).describe(*n) : std::string("?");
@@ -54,7 +76,7 @@ int current_errno(fuse_req_t req, const char* op, const view::Inode* n) noexcept
   } catch (const Error& e) {
     err = e.errno_value();
     what = e.what();
-    level = spdlog::level::warn;
+    level = level_of(err);
   } catch (const std::bad_alloc&) {
     err = ENOMEM;
     what = "out of memory";
@@ -242,6 +264,9 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   readdir_impl<true>(req, ino, size, off);
 }
+
+// The handle of an open file is its OpenFile's address, as fuse-archive keeps it.
+static_assert(sizeof(fuse_file_info::fh) >= sizeof(view::OpenFile*), "fi->fh must hold a pointer");
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const view::View& v = view_of(req);

@@ -34,7 +34,7 @@ struct View::Folder final : CheckpointFolder {
   bool built = false;  // providers have made this folder's entries (it had a served tag)
   std::mutex scan_mu;  // one rescan of this folder at a time
   Clock::time_point last_scan;
-  std::string scan_error;  // why the last rescan failed, logged once
+  std::string scan_error;                       // why the last rescan failed, logged once
   std::map<std::string, std::string> attempts;  // tag -> fingerprint of its folder when it last failed
 
   mutable std::mutex mu;  // everything below

@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/field.h"
+#include "zeromount/ds/shard_names.h"
 #include "zeromount/pt/error.h"
 
 namespace zm::test {
@@ -298,3 +299,27 @@ TEST(BrokenCheckpoint, IncompleteParallelGridsAreRefusedClearly) {
 
 }  // namespace
 }  // namespace zm::test
+
+namespace zm {
+namespace {
+
+// DeepSpeed's file names (spec §2.2), as its own writers spell them: one parser classifies them
+// for the data-parallel and the parallel indexers alike.
+TEST(ShardNames, EveryKindDeepSpeedWrites) {
+  using ds::FileKind;
+  const auto kind = [](const char* f) { return ds::parse_shard_name(f).value().kind; };
+  EXPECT_EQ(kind("mp_rank_00_model_states.pt"), FileKind::ModelStates);
+  EXPECT_EQ(kind("zero_pp_rank_3_mp_rank_01_model_states.pt"), FileKind::ZeroModelStates);
+  EXPECT_EQ(kind("bf16_zero_pp_rank_3_mp_rank_00_optim_states.pt"), FileKind::OptimStates);
+  EXPECT_EQ(kind("zero_pp_rank_3_mp_rank_00optim_states.pt"), FileKind::OptimStates) << "the legacy name";
+  EXPECT_EQ(ds::parse_shard_name("layer_01-model_states.pt")->layer, 1);
+  EXPECT_EQ(ds::parse_shard_name("layer_12-model_01-model_states.pt")->layer, 12);
+  EXPECT_EQ(kind("layer_3_expert_7_mp_rank_00_model_states.pt"), FileKind::ExpertStates);
+  EXPECT_EQ(kind("expert_7_mp_rank_00_model_states.pt"), FileKind::ExpertStates);
+  EXPECT_EQ(kind("expp_rank_1_mp_rank_00_optim_states.pt"), FileKind::ExpertOptim);
+  for (const char* other : {"latest", "zero_to_fp32.py", "mp_rank_00_model_states.pt.tmp", "layer_x-model_states.pt"})
+    EXPECT_EQ(ds::parse_shard_name(other), std::nullopt) << other;
+}
+
+}  // namespace
+}  // namespace zm

@@ -11,7 +11,7 @@ enum class FileKind {
   ModelStates,      // mp_rank_XX_model_states.pt (stage 0/1/2)
   ZeroModelStates,  // zero_pp_rank_N_mp_rank_XX_model_states.pt (stage 3)
   OptimStates,      // [bf16_|fp16_]zero_pp_rank_N_mp_rank_XX[_]optim_states.pt
-  LayerStates,      // layer_XX-model_YY-model_states.pt (pipeline)
+  LayerStates,      // layer_XX-model_states.pt, layer_XX-model_YY-model_states.pt (pipeline)
   ExpertStates,     // [layer_L_]expert_E_mp_rank_XX_model_states.pt (MoE)
   ExpertOptim,      // expp_rank_R_mp_rank_XX_optim_states.pt (MoE without ZeRO)
 };
@@ -21,6 +21,7 @@ struct ShardName {
   int dp = 0;
   int mp = 0;
   std::string prefix;  // "", "bf16_" or "fp16_" for optimizer files
+  int layer = -1;      // a pipeline layer file's layer index
 };
 
 std::optional<ShardName> parse_shard_name(std::string_view filename);
