@@ -300,7 +300,6 @@ RankPartition rank_slice(const PartitionPlan& plan, const TagIndex& index, uint3
     r.padding = g.partition - r.valid;
   }
   r.mappings = overlap(index, g.params, g.offsets, lo, hi);
-  r.contents = plan.target.round_robin ? overlap(index, g.flat, g.flat_offsets, lo, hi) : r.mappings;
   return r;
 }
 

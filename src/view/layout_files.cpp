@@ -207,8 +207,9 @@ pt::VirtualFile LayoutTag::model_states(uint32_t rank) const {
   const pt::PtFile& src = source_model();
   pt::Arena a;
 
-  // Module tensors by name: trainable ones view one lp storage per group in flat order (zero1/2,
-  // bf16opt), or are empty (zero3); frozen ones are cast to lp; buffers are verbatim.
+  // Module tensors by name: trainable ones view one lp storage per group (zero1/2, bf16opt), or
+  // are empty (zero3); frozen ones are cast to lp; buffers are verbatim. The storage is the lp copy
+  // of the masters, which sit in param order; with round robin the views are in flat order.
   std::unordered_map<std::string, const Node*> module_tensors;
   for (const ds::FlatGroup& g : plan_.groups) {
     pt::Tensor base;
@@ -216,12 +217,12 @@ pt::VirtualFile LayoutTag::model_states(uint32_t rank) const {
     base.shape = {int64_t(g.padded)};
     Fill fill{base};
     uint64_t at = 0;
-    for (size_t j = 0; j < g.flat.size(); ++j) {
-      const ds::Param& p = ix.params[g.flat[j]];
-      fill.zero((g.flat_offsets[j] - at) * pt::element_size(lp));
+    for (size_t j = 0; j < g.params.size(); ++j) {
+      const ds::Param& p = ix.params[g.params[j]];
+      fill.zero((g.offsets[j] - at) * pt::element_size(lp));
       fill.values(elements(tag_, ix.fragments(p, 0), 0, p.numel, pt::element_size(ix.master_dtype)), ix.master_dtype,
                   p.numel);
-      at = g.flat_offsets[j] + p.numel;
+      at = g.offsets[j] + p.numel;
     }
     fill.zero((g.padded - at) * pt::element_size(lp));
     const pt::Tensor* storage = a.make_tensor(std::move(base));
@@ -482,10 +483,10 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
       if (stepped)
         state->entries.emplace_back(a.make_int(int64_t(g)),
                                     state_entry(step(plan_.groups[g].params.at(0)),
-                                                [&](size_t k) { return flat(rp.contents, k, rp.partition); }));
+                                                [&](size_t k) { return flat(rp.mappings, k, rp.partition); }));
       groups->items.push_back(param_group(g, int_list(a, {int64_t(g)})));
       // zero1/2 keep a (L_r,) view of the padded partition; BF16_Optimizer keeps all P elements.
-      const pt::Tensor* storage = a.make_tensor(flat(rp.contents, 0, rp.partition));
+      const pt::Tensor* storage = a.make_tensor(flat(rp.mappings, 0, rp.partition));
       pt::Tensor part;
       part.dtype = ix.master_dtype;
       part.shape = {int64_t(rp.fp32_numel)};

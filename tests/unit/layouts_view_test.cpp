@@ -246,15 +246,26 @@ std::vector<std::string> listing(const View& v, const Inode& dir) {
   return names;
 }
 
+// A real native save at `target`: resaved/<target>/ (DeepSpeed re-saved the state there), or the
+// source's own checkpoint/ when `target` is its own layout.
 struct Resaved {
-  std::string fixture, target;
+  std::string fixture, target, real;
+  std::string real_dir() const {
+    return kFixtures + "/" + fixture + "/" + (real.empty() ? "resaved/" + target : real) + "/" + kTag;
+  }
 };
 const std::vector<Resaved> kResaved = {
-    {"z2_ws2_fp32_pg2", "zero1-dp3-fp32"},       {"z3_ws2_fp32_pg2", "zero1-dp2-fp32"},
-    {"z1_ws2_fp32_pg2", "zero2-dp2-bf16"},       {"z1_ws2_bf16_pg2_fp32acc", "zero2-dp4-bf16"},
-    {"z3_ws2_fp32_pg2_sg200", "zero2-dp4-fp32"}, {"z2_ws2_bf16_pg2", "bf16opt-dp2"},
-    {"z2_ws2_fp32_pg2", "zero3-dp4-fp32"},       {"z2_ws2_bf16_pg2", "zero3-dp4-bf16"},
-    {"z2_ws2_fp16_pg2", "zero3-dp2-fp16"},       {"z3_ws2_fp32_pg2_sg200", "zero3-dp3-fp32-sg200"},
+    {"z2_ws2_fp32_pg2", "zero1-dp3-fp32"},
+    {"z3_ws2_fp32_pg2", "zero1-dp2-fp32"},
+    {"z1_ws2_fp32_pg2", "zero2-dp2-bf16"},
+    {"z1_ws2_bf16_pg2_fp32acc", "zero2-dp4-bf16"},
+    {"z3_ws2_fp32_pg2_sg200", "zero2-dp4-fp32"},
+    {"z2_ws2_bf16_pg2", "bf16opt-dp2"},
+    {"z2_ws2_fp32_pg2", "zero3-dp4-fp32"},
+    {"z2_ws2_bf16_pg2", "zero3-dp4-bf16"},
+    {"z2_ws2_fp16_pg2", "zero3-dp2-fp16"},
+    {"z3_ws2_fp32_pg2_sg200", "zero3-dp3-fp32-sg200"},
+    {"z1_ws2_fp32_pg2_rr", "zero1-dp2-fp32-rr", "checkpoint"},
 };
 
 class FakeEqualsResaved : public ::testing::TestWithParam<Resaved> {};
@@ -262,7 +273,7 @@ class FakeEqualsResaved : public ::testing::TestWithParam<Resaved> {};
 TEST_P(FakeEqualsResaved, KeyByKey) {
   const Resaved& c = GetParam();
   auto v = View::load(kFixtures + "/" + c.fixture + "/checkpoint");
-  const std::string real_dir = kFixtures + "/" + c.fixture + "/resaved/" + c.target + "/" + kTag;
+  const std::string real_dir = c.real_dir();
   const Inode* tag = find(*v, "/layouts/" + c.target + "/" + kTag);
   ASSERT_NE(tag, nullptr);
   auto names = listing(*v, *tag);
