@@ -265,7 +265,9 @@ class Grid {
     ix_.ds_version = c.ds_version;
     ix_.state_names = c.state_names;
     ix_.num_groups = c.num_groups;
-    ix_.steps = c.steps;
+    ix_.scalar_names = c.scalar_names;
+    ix_.scalars = c.scalars;
+    ix_.elastic = c.elastic;
     ix_.optim_meta = c.optim_meta ? ix_.arena.copy(c.optim_meta) : nullptr;
     ix_.param_groups = c.param_groups ? ix_.arena.copy(c.param_groups) : nullptr;
   }

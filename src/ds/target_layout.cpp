@@ -260,6 +260,11 @@ PartitionPlan plan_partitions(const TagIndex& index, const TargetLayout& target,
         "the source's master weights are " + std::string(pt::dtype_name(index.master_dtype)) +
             " (fp16/bf16_master_weights_and_gradients); only fp32 masters are re-partitioned (fake-layouts.md §3.1)");
   if (index.num_groups < 1 || index.params.empty()) refuse(index, target, "the source has no trainable parameter");
+  if (index.elastic && (zero3 || target.stage == TargetStage::Bf16Opt))
+    refuse(index, target,
+           "the source was saved with elastic_checkpoint, without its param groups' hyper-parameters, and a "
+           "ZeRO-3 or BF16_Optimizer load takes them from the file; only ZeRO-1/2 targets, which DeepSpeed loads "
+           "from the elastic form, are made (fake-layouts.md §3.1)");
   PartitionPlan plan;
   plan.target = target;
   plan.num_groups = index.num_groups;

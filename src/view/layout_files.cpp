@@ -270,7 +270,10 @@ pt::VirtualFile LayoutTag::model_states(uint32_t rank) const {
     module_tensors[f.name] = frozen_full[f.name] = node;
     set(frozen_fragments, a, f.name.c_str(), node);  // zero2 shares the module's storage
   }
-  for (const ds::PlainTensor& b : ix.buffers) {
+  // Each ZeRO-3 rank keeps its own buffers: at the source's DP size rank r gets rank r's; at any
+  // other, no target rank is a source rank, and every file gets rank 0's (as ZeRO-1/2 files do).
+  const bool own_buffers = zero3() && W == uint64_t(ix.dp) && rank < ix.rank_buffers.size();
+  for (const ds::PlainTensor& b : own_buffers ? ix.rank_buffers[rank] : ix.buffers) {
     pt::Tensor t;
     t.dtype = b.dtype;
     t.shape = b.shape;
@@ -360,16 +363,16 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
     fill.zero((numel - at) * es);
     return t;
   };
-  auto step = [&](uint32_t first_param) -> const Node* {
-    const int s = ix.params.at(first_param).step;
-    if (s < 0) return nullptr;
-    const ds::StepValue& v = ix.steps.at(size_t(s));
+  // One per-group value ('step', ...) as the source stored it; a tensor gets its own storage in
+  // every group or sub-group, as in real files.
+  auto scalar = [&](const ds::StepValue& v) -> const Node* {
     switch (v.kind) {
       case ds::StepValue::Tensor: {
         pt::Tensor t;
         t.dtype = v.dtype;
+        t.shape = v.shape;
         t.data = {tag_.map(v.extent)};
-        return tensor(a, std::move(t));  // its own storage, one per group or sub-group
+        return tensor(a, std::move(t));
       }
       case ds::StepValue::Int:
         return a.make_int(v.i);
@@ -378,7 +381,7 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
       case ds::StepValue::None:
         break;
     }
-    return nullptr;
+    return a.make(Kind::None);
   };
   // SRC's hyper-parameters of group g, in SRC's order, then 'params'.
   auto param_group = [&](size_t g, Node* params) {
@@ -391,13 +394,16 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
     set(d, a, "params", params);
     return d;
   };
-  auto state_entry = [&](const Node* step_value, const std::function<pt::Tensor(size_t)>& state_tensor) {
+  // The state of the source group (or sub-group) `first_param` belongs to: its per-group values,
+  // then its partitioned tensors; {} when the source never stepped.
+  auto state_entry = [&](uint32_t first_param, const std::function<const Node*(size_t)>& state_tensor) {
     Node* d = a.make(Kind::Dict);
-    if (step_value) set(d, a, "step", step_value);
-    for (size_t k = 1; k < states; ++k) set(d, a, ix.state_names[k].c_str(), tensor(a, state_tensor(k)));
+    if (!ix.has_state()) return d;
+    const auto& values = ix.scalars.at(size_t(ix.params.at(first_param).step));
+    for (size_t k = 0; k < values.size(); ++k) set(d, a, ix.scalar_names[k].c_str(), scalar(values[k]));
+    for (size_t k = 1; k < states; ++k) set(d, a, ix.state_names[k].c_str(), state_tensor(k));
     return d;
   };
-  const bool stepped = states > 1;  // a never-stepped optimizer has no state: {}
 
   // Loss scaler (spec §4.1): fp16 keeps an fp16 source's scaler, else DeepSpeed's defaults;
   // fp32/bf16 have a static scale of 1.
@@ -447,9 +453,9 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
     for (size_t s = 0; s < plan_.sub_groups.size(); ++s) {
       const ds::RankSubGroup rs = ds::rank_sub_group(plan_, ix, rank, s);
       const ds::SubGroup& sg = plan_.sub_groups[s];
-      if (stepped)
-        state->entries.emplace_back(a.make_int(int64_t(s)), state_entry(step(sg.params.at(0)), [&](size_t k) {
-                                      return flat(rs.pieces, k, rs.numel);
+      if (ix.has_state())
+        state->entries.emplace_back(a.make_int(int64_t(s)), state_entry(sg.params.at(0), [&](size_t k) {
+                                      return tensor(a, flat(rs.pieces, k, rs.numel));
                                     }));
       pt::Tensor t = flat(rs.pieces, 0, rs.numel);
       t.requires_grad = true;
@@ -472,27 +478,38 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
     set(O, a, "fp32_flat_groups", fp32);
   } else {
     const bool bf16opt = tg.stage == ds::TargetStage::Bf16Opt;
-    Node* state = a.make(Kind::Dict);
+    // An elastic source is written in its own form (a list of per-group states cut to the valid
+    // elements): the rigid form needs the param groups' hyper-parameters, which it did not save.
+    const bool elastic = ix.elastic;
+    Node* state = a.make(elastic ? Kind::List : Kind::Dict);
     Node* groups = a.make(Kind::List);
     Node* fp32 = a.make(Kind::List);
     Node* paddings = a.make(Kind::List);
     Node* counts = a.make(Kind::List);
     Node* mappings = a.make(Kind::List);
+    // The first `numel` elements of a padded partition: a view that keeps the whole storage, as
+    // torch.save keeps the storage of DeepSpeed's cut tensors.
+    auto view = [&](pt::Tensor padded, uint64_t numel, bool requires_grad) {
+      pt::Tensor v;
+      v.dtype = padded.dtype;
+      v.shape = {int64_t(numel)};
+      v.storage_of = a.make_tensor(std::move(padded));
+      v.requires_grad = requires_grad;
+      return tensor(a, std::move(v));
+    };
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       const ds::RankPartition rp = ds::rank_slice(plan_, ix, rank, g);
-      if (stepped)
-        state->entries.emplace_back(a.make_int(int64_t(g)),
-                                    state_entry(step(plan_.groups[g].params.at(0)),
-                                                [&](size_t k) { return flat(rp.mappings, k, rp.partition); }));
+      Node* entry = state_entry(plan_.groups[g].params.at(0), [&](size_t k) {
+        return elastic ? view(flat(rp.mappings, k, rp.partition), rp.valid, false)
+                       : tensor(a, flat(rp.mappings, k, rp.partition));
+      });
+      if (elastic)
+        state->items.push_back(entry);
+      else if (ix.has_state())
+        state->entries.emplace_back(a.make_int(int64_t(g)), entry);
       groups->items.push_back(param_group(g, int_list(a, {int64_t(g)})));
       // zero1/2 keep a (L_r,) view of the padded partition; BF16_Optimizer keeps all P elements.
-      const pt::Tensor* storage = a.make_tensor(flat(rp.mappings, 0, rp.partition));
-      pt::Tensor part;
-      part.dtype = ix.master_dtype;
-      part.shape = {int64_t(rp.fp32_numel)};
-      part.storage_of = storage;
-      part.requires_grad = true;
-      fp32->items.push_back(tensor(a, std::move(part)));
+      fp32->items.push_back(view(flat(rp.mappings, 0, rp.partition), rp.fp32_numel, true));
       paddings->items.push_back(a.make_int(int64_t(rp.padding)));
       counts->items.push_back(a.make_int(int64_t(tg.dp)));
       Node* m = ordered_dict(a);
@@ -505,9 +522,12 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
       }
       mappings->items.push_back(m);
     }
-    Node* base = a.make(Kind::Dict);
-    set(base, a, "state", state);
-    set(base, a, "param_groups", groups);
+    Node* base = state;
+    if (!elastic) {
+      base = a.make(Kind::Dict);
+      set(base, a, "state", state);
+      set(base, a, "param_groups", groups);
+    }
     if (!bf16opt) {
       set(O, a, "loss_scaler", scaler);
       set(O, a, "dynamic_loss_scale", boolean(a, dynamic));
@@ -515,6 +535,9 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
     }
     set(O, a, "clip_grad", clip);
     set(O, a, "base_optimizer_state", base);
+    // An elastic save's param-group 'step' (FusedAdam keeps one), which a rigid engine requires.
+    if (const Node* step = meta_get("base_optimizer_state_step"); elastic && step)
+      set(O, a, "base_optimizer_state_step", step);
     set(O, a, "single_partition_of_fp32_groups", fp32);
     if (!bf16opt) set(O, a, "zero_stage", zero_stage(a, tg.stage == ds::TargetStage::Zero1 ? 1 : 2));
     set(O, a, "group_paddings", paddings);

@@ -45,10 +45,9 @@ class UniversalProvider final : public Provider {
       for (size_t k = 0; k < ix.state_names.size(); ++k)
         tree.add_file(d, ix.state_names[k] + ".pt", mtime,
                       [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
-      if (p.step >= 0 && ix.steps.at(size_t(p.step)).kind != ds::StepValue::None) {
-        const ds::StepValue* s = &ix.steps[size_t(p.step)];
-        tree.add_file(d, "step.pt", mtime, [t, s] { return step_file(*t, *s); });
-      }
+      for (size_t k = 0; p.step >= 0 && k < ix.scalars.at(size_t(p.step)).size(); ++k)
+        tree.add_file(d, ix.scalar_names[k] + ".pt", mtime,
+                      [t, g = size_t(p.step), k] { return scalar_file(*t, g, k); });
     }
     if (!cx.mounting()) add_root(cx, {});  // the first tag latest names may come after the mount
   }

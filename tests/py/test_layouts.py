@@ -96,7 +96,8 @@ def zero3_valid(real_dir, rank, world):
 def check_layout(ours_dir, fixture, target, real="resaved"):
     """real: 'resaved' (DeepSpeed re-saved the state at target) or 'checkpoint' (target is the
     source's own layout: the fake must be tensor-equal to the source's own files)."""
-    real_dir = os.path.join(FIXTURES, fixture, real, *([target] if real == "resaved" else []), TAG)
+    real_dir = os.path.join(FIXTURES, fixture, real, *([target] if real == "resaved" else []),
+                            os.path.basename(ours_dir))
     assert sorted(os.listdir(ours_dir)) == sorted(os.listdir(real_dir))
     precision = target.split("-")[2] if not target.startswith("bf16opt") else "bf16"
     src_precision = "bf16" if "bf16" in fixture else "fp16" if "fp16" in fixture else "fp32"
