@@ -25,7 +25,7 @@ namespace {
 
 // 002: optimizer class, module dtype, step kind, loss scaler, module weights and frozen params.
 // 003: parallel sources (tensor-parallel slices, merge rules, patterns, AutoEP metadata).
-constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '4'};
+constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '5'};
 
 class Out {
  public:

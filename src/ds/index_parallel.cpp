@@ -241,7 +241,7 @@ class Grid {
         np.name = cp.name;
         np.group = cp.group;
         np.sub_group = zero3 ? -1 : cp.sub_group;
-        np.step = zero3 ? -1 : cp.step;  // ZeRO-3 + TP writes no step.pt (§6)
+        np.step = cp.step;  // the layouts' state; the universal view of ZeRO-3 + TP writes no step.pt (§6)
         ix_.params.push_back(std::move(np));
         holders_.emplace_back(size_t(ix_.tp));
       }

@@ -21,8 +21,10 @@ namespace zm::view {
 // One (source tag, target) pair: the plan is made once, O(params); rank files are built on demand.
 class LayoutTag {
  public:
-  // Throws zm::Error (EINVAL, naming the reason and the spec section) when the target cannot be made.
-  LayoutTag(const MountedTag& tag, const ds::TargetLayout& target);
+  // Throws zm::Error (EINVAL, naming the reason and the spec section) when the target cannot be made
+  // whole: what the plan refuses, and a source 'module' the model-state files cannot present.
+  // `options`: the tag's run options when already read (else read from its model-state file).
+  LayoutTag(const MountedTag& tag, const ds::TargetLayout& target, const ds::SourceOptions* options = nullptr);
 
   const MountedTag& tag() const { return tag_; }
   const ds::TargetLayout& target() const { return plan_.target; }
@@ -46,6 +48,7 @@ class LayoutTag {
 
  private:
   bool zero3() const { return plan_.target.stage == ds::TargetStage::Zero3; }
+  void check_module() const;
   const MountedTag& tag_;
   ds::SourceOptions options_;
   ds::PartitionPlan plan_;

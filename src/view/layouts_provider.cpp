@@ -42,6 +42,18 @@ class RankFiles final : public LazyDir {
   struct timespec mtime_;
 };
 
+// A target is served whole or not at all: its LayoutTag for each tag, or zm::Error naming why
+// not. The listing, a lookup and a tag indexed after the mount all decide here.
+// `options`: each tag's run options, when already read.
+std::vector<std::shared_ptr<const LayoutTag>> layouts_of(const std::vector<const MountedTag*>& tags,
+                                                         const ds::TargetLayout& target,
+                                                         const std::vector<ds::SourceOptions>* options = nullptr) {
+  std::vector<std::shared_ptr<const LayoutTag>> out;
+  for (size_t k = 0; k < tags.size(); ++k)
+    out.push_back(std::make_shared<const LayoutTag>(*tags[k], target, options ? &options->at(k) : nullptr));
+  return out;
+}
+
 struct RealFile {
   std::string name;
   uint32_t id = 0;
@@ -62,7 +74,7 @@ class Targets final : public LazyDir {
     if (!target) return 0;  // one layout, one name: every other spelling is ENOENT
     std::vector<std::shared_ptr<const LayoutTag>> layouts;
     try {
-      for (const MountedTag* t : tags_) layouts.push_back(std::make_shared<const LayoutTag>(*t, *target));
+      layouts = layouts_of(tags_, *target);
     } catch (const Error& e) {
       if (refused_.insert(std::string(name)).second) spdlog::error("layouts/{}: {}", name, e.what());
       return 0;
@@ -96,10 +108,9 @@ class Targets final : public LazyDir {
 
   // A tag indexed after the mount: in every target made so far, and in those made later.
   void add(Tree& tree, uint64_t dir, const MountedTag& tag) const {
-    const ds::SourceOptions options = ds::source_options(*tag.index);
     for (const std::string& name : listed_) {  // a listed name must keep resolving
       try {
-        ds::plan_partitions(*tag.index, *ds::parse_target(name), options);
+        layouts_of({&tag}, *ds::parse_target(name));
       } catch (const Error& e) {
         spdlog::error("layouts: {} not added (it cannot be shown at the listed {}): {}", tag.index->tag, name,
                       e.what());
@@ -133,9 +144,21 @@ class Targets final : public LazyDir {
   mutable std::set<std::string> refused_;  // make() runs under the tree's exclusive lock
 };
 
-std::string readme(const std::string& dir, const std::string& own, const std::vector<std::string>& listed) {
+// What the own layout is: the real files, written anew; or, for a tensor-/pipeline-parallel source,
+// its grid merged to TP = PP = 1, which no real file of it is.
+std::string own_note(const ds::TagIndex& ix) {
+  if (!ix.parallel())
+    return "a self-check: tensor-equal to the real files (same keys, values, dtypes, shapes and storage\n"
+           "sharing), not byte-equal: the pickles and zip records are written anew";
+  return "its TP=" + std::to_string(ix.tp) + " x PP=" + std::to_string(ix.pp) + " x DP=" + std::to_string(ix.dp) +
+         " grid merged to TP=1 and PP=1: the state of its universal tensors laid\n"
+         "out natively for a TP=1 engine, not its own files";
+}
+
+std::string readme(const std::string& dir, const std::string& own, const std::string& note,
+                   const std::vector<std::string>& listed, const std::vector<std::string>& refused) {
   std::ostringstream s;
-  s << "Faked native layouts (zeromount, issue 11; docs/fake-layouts-plan.md)\n\n"
+  s << "Faked native layouts (zeromount; docs/fake-layouts-plan.md)\n\n"
     << "Each " << dir << "/<target>/ is a load_dir that looks as if DeepSpeed had saved this checkpoint\n"
     << "natively at another ZeRO stage, DP size and precision: engine.load_checkpoint() loads it without\n"
     << "load_universal, and zero_to_fp32.py / ds_to_universal.py read it like a real one.\n\n"
@@ -145,11 +168,14 @@ std::string readme(const std::string& dir, const std::string& own, const std::ve
     << "  zero2-dp<W>-<p>[-rr]    ZeRO-2\n"
     << "  zero3-dp<W>-<p>[-sg<N>] ZeRO-3, -sg: sub_group_size N (left out at the default 1000000000)\n"
     << "  bf16opt-dp<W>           BF16_Optimizer (bf16)\n\n"
-    << "This checkpoint's own layout: " << own << "\n"
+    << "This checkpoint's own layout: " << own << "\n(" << note << ")\n"
     << "Listed here (the own layout and the presets of -o layouts=a,b):";
   for (const auto& n : listed) s << " " << n;
-  s << "\nAny other valid name is made when it is first looked up, e.g. " << dir << "/zero3-dp64-bf16.\n"
-    << "Targets the source cannot be presented at are refused (one log line names the reason).\n";
+  s << "\n";
+  for (const auto& r : refused) s << "Not listed: " << r << "\n";
+  s << "Any other valid name is made when it is first looked up, e.g. " << dir << "/zero3-dp64-bf16.\n"
+    << "A target is served whole or not at all: one the source cannot be presented at is 'No such file\n"
+    << "or directory', with one log line that names the reason.\n";
   return s.str();
 }
 
@@ -180,7 +206,7 @@ class LayoutsProvider final : public Provider {
     }
     const MountedTag* own_tag = tags[own_k];
     const std::string own = ds::target_name(ds::source_layout(*own_tag->index, options[own_k]));
-    std::vector<std::string> listed;
+    std::vector<std::string> listed, refused;
     for (const std::string& name : [&] {
            std::vector<std::string> v{own};
            v.insert(v.end(), o.layout_presets.begin(), o.layout_presets.end());
@@ -190,16 +216,17 @@ class LayoutsProvider final : public Provider {
       const auto target = ds::parse_target(name);
       if (!target) throw Error("-o layouts: '" + name + "' is not a layout name (fake-layouts.md §6)", EINVAL);
       try {  // a listed name must resolve: check it now, cheaply (the plans are O(params))
-        for (size_t k = 0; k < tags.size(); ++k) ds::plan_partitions(*tags[k]->index, *target, options[k]);
+        layouts_of(tags, *target, &options);
       } catch (const Error& e) {
         spdlog::error("{}/{}: not listed: {}", o.layouts_dir, name, e.what());
+        refused.push_back(name + ": " + e.what());
         continue;
       }
       listed.push_back(name);
     }
     const uint64_t dir = cx.add_top_dir(o.layouts_dir, kind(), mtime, tags);
     if (!dir) return;  // a real SRC/layouts wins (ProviderContext logged it); -o layouts_dir=NAME
-    cx.add_text(dir, "README", readme(o.layouts_dir, own, listed), mtime);
+    cx.add_text(dir, "README", readme(o.layouts_dir, own, own_note(*own_tag->index), listed, refused), mtime);
 
     // latest (as the mount's own `latest` shows it) and zero_to_fp32.py as in SRC (spec §1.1).
     const fs::path root = fs::path(own_tag->index->dir).parent_path();

@@ -45,7 +45,8 @@ class UniversalProvider final : public Provider {
       for (size_t k = 0; k < ix.state_names.size(); ++k)
         tree.add_file(d, ix.state_names[k] + ".pt", mtime,
                       [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
-      for (size_t k = 0; p.step >= 0 && k < ix.scalars.at(size_t(p.step)).size(); ++k)
+      const bool scalars = p.step >= 0 && !(ix.parallel() && ix.stage == 3);  // as the converter: §6
+      for (size_t k = 0; scalars && k < ix.scalars.at(size_t(p.step)).size(); ++k)
         tree.add_file(d, ix.scalar_names[k] + ".pt", mtime,
                       [t, g = size_t(p.step), k] { return scalar_file(*t, g, k); });
     }

@@ -370,7 +370,11 @@ TEST(LayoutsView, NamesListingAndPresets) {
   EXPECT_EQ(v->lookup(tag->ino, "zero_pp_rank_0_mp_rank_00_optim_states.pt"), nullptr) << "bf16 files are prefixed";
   EXPECT_EQ(v->lookup(tag->ino, "bf16_zero_pp_rank_01_mp_rank_00_optim_states.pt"), nullptr);
   EXPECT_EQ(v->lookup(tag->ino, "mp_rank_00_model_states.pt"), nullptr) << "ZeRO-3 has per-rank model files";
-  EXPECT_NE(content_of(*v, *find(*v, "/layouts/README")).find("own layout: zero2-dp2-fp32"), std::string::npos);
+  const std::string readme = content_of(*v, *find(*v, "/layouts/README"));
+  EXPECT_NE(readme.find("own layout: zero2-dp2-fp32"), std::string::npos);
+  EXPECT_NE(readme.find("tensor-equal to the real files"), std::string::npos) << readme;
+  EXPECT_NE(readme.find("not byte-equal"), std::string::npos) << readme;
+  EXPECT_EQ(readme.find("issue"), std::string::npos) << "the text a user reads cites no tracker number";
 }
 
 TEST(LayoutsView, RenamedFolderAndRefusedPresets) {
