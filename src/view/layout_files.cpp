@@ -95,20 +95,47 @@ std::optional<uint64_t> LayoutTag::file_index(std::string_view name) const {
   return std::nullopt;
 }
 
-pt::VirtualFile LayoutTag::build(uint64_t k) const {
+const pt::Node* LayoutTag::pickle(uint64_t k, pt::Arena& a) const {
   const uint64_t models = zero3() ? target().dp : 1;
-  return k < models ? model_states(uint32_t(k)) : optim_states(uint32_t(k - models));
+  return k < models ? model_states(uint32_t(k), a) : optim_states(uint32_t(k - models), a);
+}
+
+pt::PtOptions LayoutTag::options(uint64_t k) const {
+  pt::PtOptions o;
+  o.prefix = stem(file_name(k));
+  o.crc_source = tag_.crc_source;
+  return o;
+}
+
+pt::VirtualFile LayoutTag::build(uint64_t k) const {
+  pt::Arena a;
+  return pt::build_pt(pickle(k, a), options(k));
+}
+
+uint64_t LayoutTag::size(uint64_t k) const {
+  if (!sized()) throw Error("layouts: " + file_name(k) + " is sized by building it", EINVAL);
+  const uint64_t W = target().dp;
+  const size_t kind = k >= W ? 2 : k == 0 ? 0 : 1;  // optimizer files; rank 0's model file; the others
+  const pt::PtOptions o = options(k);
+  std::lock_guard<std::mutex> lock(sized_mu_);
+  if (!records_[kind]) {
+    pt::Arena a;
+    records_[kind] = pt::pt_records(pickle(k, a));
+  }
+  // A layout depends on the names' lengths, not their letters: one per kind and length of name.
+  auto [at, fresh] = sizes_.try_emplace({kind, o.prefix.size()}, 0);
+  if (fresh) at->second = pt::pt_size(*records_[kind], o);
+  return at->second;
 }
 
 // --- model states (plan §3) -----------------------------------------------------------------
 
-pt::VirtualFile LayoutTag::model_states(uint32_t rank) const {
+const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
   const ds::TagIndex& ix = *tag_.index;
   const ds::TargetLayout& tg = target();
   const pt::DType lp = lp_dtype(tg.precision);
   const uint64_t W = tg.dp;
   const pt::PtFile& src = source_model();
-  pt::Arena a;
 
   // Module tensors by name: trainable ones view one lp storage per group (zero1/2, bf16opt), or
   // are empty (zero3); frozen ones are cast to lp; buffers are verbatim. The storage is the lp copy
@@ -233,10 +260,7 @@ pt::VirtualFile LayoutTag::model_states(uint32_t rank) const {
       out = parallel_dimensions;
     root->entries.emplace_back(k, out);
   }
-  pt::PtOptions o;
-  o.prefix = stem(file_name(zero3() ? rank : 0));
-  o.crc_source = tag_.crc_source;
-  return pt::build_pt(root, o);
+  return root;
 }
 
 }  // namespace zm::view

@@ -12,13 +12,12 @@ using namespace layout;
 
 // --- optimizer states (plan §4) -------------------------------------------------------------
 
-pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
+const pt::Node* LayoutTag::optim_states(uint32_t rank, pt::Arena& a) const {
   const ds::TagIndex& ix = *tag_.index;
   const ds::TargetLayout& tg = target();
   const pt::PtFile& src = source_model();
   const uint64_t es = pt::element_size(ix.master_dtype);
   const size_t states = ix.state_names.size();
-  pt::Arena a;
   const Node* meta = ix.optim_meta;
   auto meta_get = [&](const char* key) { return meta ? meta->get(key) : nullptr; };
 
@@ -227,10 +226,7 @@ pt::VirtualFile LayoutTag::optim_states(uint32_t rank) const {
   set(root, a, "ds_config", config ? config : a.make(Kind::None));
   const Node* version = src.root->get("ds_version");
   set(root, a, "ds_version", version ? version : a.make_str(ix.ds_version));
-  pt::PtOptions o;
-  o.prefix = stem(file_name((zero3() ? tg.dp : 1) + rank));
-  o.crc_source = tag_.crc_source;
-  return pt::build_pt(root, o);
+  return root;
 }
 
 }  // namespace zm::view

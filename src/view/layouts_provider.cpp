@@ -31,8 +31,12 @@ class RankFiles final : public LazyDir {
     if (!k) return 0;
     auto layout = layout_;
     const uint64_t file = *k;
+    Builder build = [layout, file] { return layout->build(file); };
+    if (!layout->sized())
+      return tree.add_file(dir, std::string(name), mtime_, std::move(build), Inode::kUnknown, false);
+    // `ls -l` of thousands of ZeRO-3 rank files: sized without building each one.
     return tree.add_file(
-        dir, std::string(name), mtime_, [layout, file] { return layout->build(file); }, Inode::kUnknown, false);
+        dir, std::string(name), mtime_, std::move(build), [layout, file] { return layout->size(file); }, false);
   }
   uint64_t listed() const override { return layout_->files(); }
   std::string listed_name(uint64_t k) const override { return layout_->file_name(k); }

@@ -535,3 +535,46 @@ TEST(LayoutsRoundTrip, EveryFixtureIntoEveryStageAtDp1_3_8_64) {
 
 }  // namespace
 }  // namespace zm::test
+
+namespace zm::test {
+namespace {
+
+// ZeRO-3 rank files are sized without building each one (`ls -l` of thousands of them): the sized
+// size must be the built size, for every fixture, every target kind, every rank (W' = 1, the
+// source's W with each rank's own buffers, odd W', -sg), with and without -o crc. ZeRO-1/2 and
+// bf16opt files are built to be sized.
+TEST(LayoutsSizer, SizedIsBuiltForEveryFixtureAndTargetKind) {
+  std::vector<std::string> fixtures = kSources;
+  fixtures.insert(fixtures.end(), kEdgeSources.begin(), kEdgeSources.end());
+  for (const char* parallel : {"tp2_dp1_z1", "tp2_dp1_z3", "tp2_dp2_z2"}) fixtures.emplace_back(parallel);
+  const std::vector<std::string> targets = {"zero3-dp1-fp32",      "zero3-dp2-bf16", "zero3-dp3-fp16",
+                                            "zero3-dp11-fp32-sg7", "zero1-dp3-fp32", "zero2-dp2-bf16-rr",
+                                            "bf16opt-dp3"};
+  size_t sized = 0;
+  for (const std::string& fixture : fixtures)
+    for (bool crc : {false, true}) {
+      view::ViewOptions o;
+      o.crc = crc;
+      auto v = View::load(kFixtures + "/" + fixture + "/checkpoint", o);
+      const std::string tag = Resaved{fixture, ""}.tag();
+      for (const std::string& target : targets) {
+        const Inode* root = find(*v, "/layouts");
+        const Inode* t = v->lookup(root->ino, target);
+        if (!t) continue;  // refused (an elastic source at ZeRO-3, bf16opt)
+        const Inode& dir = at(*v, "/layouts/" + target + "/" + tag);
+        for (auto e = v->dir_entry(dir, 2); e; e = v->dir_entry(dir, e->next)) {
+          SCOPED_TRACE(fixture + " as " + target + (crc ? " -o crc: " : ": ") + std::string(e->name));
+          EXPECT_EQ(bool(e->node->sizer), target.starts_with("zero3"));
+          if (!e->node->sizer) continue;
+          const uint64_t size = e->node->sizer();
+          EXPECT_EQ(uint64_t(v->attr(*e->node).st_size), size);
+          EXPECT_EQ(v->open(*e->node, O_RDONLY).size(), size) << "the built file has the sized size";
+          ++sized;
+        }
+      }
+    }
+  EXPECT_GT(sized, 1000u);
+}
+
+}  // namespace
+}  // namespace zm::test

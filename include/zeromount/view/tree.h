@@ -114,7 +114,8 @@ class Tree {
   uint64_t add_dir(uint64_t parent, const std::string& name, struct timespec mtime, bool listed = true);
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build,
                     uint64_t size = Inode::kUnknown, bool listed = true);
-  uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer);
+  uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer,
+                    bool listed = true);
   uint64_t add_link(uint64_t parent, const std::string& name, struct timespec mtime, std::string target);
   // A file rebuilt on every open (its text follows the source, e.g. `latest`).
   uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build);
