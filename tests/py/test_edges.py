@@ -5,6 +5,7 @@ output and the real files; DeepSpeed's ds_to_universal.py refuses all of them (d
 import glob
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,6 +65,18 @@ def test_universal_equals_the_live_state(mnt):
     opt = load(os.path.join(zero, "optimizer_state.pt"))
     if not live["exp_avg"] and "hybrid" not in name:
         assert opt["optimizer_state_dict"]["state"] == {}, "no state before the first step"
+
+
+def test_params_npy_equal_the_live_state(mnt):
+    name, m = mnt
+    live = load(os.path.join(FIXTURES, name, "meta", "live_state.pt"))
+    folder = os.path.join(m, f"{tag_of(name)}_params")
+    for param, want in live["fp32"].items():
+        states = sorted(f for f in os.listdir(os.path.join(folder, param)) if f.endswith(".npy"))
+        assert states == sorted(["fp32.npy"] + [f"{k}.npy" for k in ("exp_avg", "exp_avg_sq") if live[k]]), param
+        for f in states:
+            ref = want if f == "fp32.npy" else live[f[:-4]][param]
+            assert np.array_equal(np.load(os.path.join(folder, param, f), mmap_mode="r"), ref.numpy()), (param, f)
 
 
 def test_model_safetensors_equals_zero_to_fp32(mnt):
