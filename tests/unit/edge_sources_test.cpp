@@ -30,6 +30,10 @@ const std::vector<Edge> kEdges = {
     {"z2_ws2_fp32_pg2_elastic_fusedadam", "global_step3", {"fp32", "exp_avg", "exp_avg_sq"}, {"step"}, true},
 };
 
+void PrintTo(const Edge& e, std::ostream* os) {
+  *os << e.fixture;
+}
+
 class EdgeSource : public ::testing::TestWithParam<Edge> {
  protected:
   std::string dir() const { return kFixtures + "/" + GetParam().fixture; }

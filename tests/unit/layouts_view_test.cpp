@@ -291,6 +291,10 @@ const std::vector<Resaved> kResaved = {
     {"z2_ws2_fp32_pg2_elastic_fusedadam", "zero2-dp2-fp32", true},
 };
 
+void PrintTo(const Resaved& r, std::ostream* os) {
+  *os << r.fixture << " as " << r.target << (r.own ? " (its own layout)" : "");
+}
+
 class FakeEqualsResaved : public ::testing::TestWithParam<Resaved> {};
 
 TEST_P(FakeEqualsResaved, KeyByKey) {

@@ -39,6 +39,10 @@ const std::vector<Source> kSources = {
     {"autoep_ep2_z2", "AutoEP"},
 };
 
+void PrintTo(const Source& s, std::ostream* os) {
+  *os << s.fixture;
+}
+
 class ParallelLayouts : public ::testing::TestWithParam<Source> {};
 
 // Served whole: every file of every listed or looked-up target builds; refused: absent, and the
