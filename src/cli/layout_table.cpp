@@ -87,7 +87,7 @@ std::string layout_table(const ds::TagIndex& ix, const ds::TargetLayout& target)
     for_shown_ranks(W, out, [&](uint32_t r) {
       const ds::RankPartition rp = ds::rank_slice(plan, ix, r, g);
       out << "  rank " << r << ": fp32 " << pt::with_commas(rp.fp32_numel) << ", valid " << pt::with_commas(rp.valid)
-          << ", padding " << pt::with_commas(rp.padding) << ": " << holds(ix, rp.contents) << "\n";
+          << ", padding " << pt::with_commas(rp.padding) << ": " << holds(ix, rp.mappings) << "\n";
     });
   }
   for (size_t s = 0; s < plan.sub_groups.size(); ++s) {
@@ -125,7 +125,7 @@ std::string layout_json(const ds::TagIndex& ix, const ds::TargetLayout& target) 
       const ds::RankPartition rp = ds::rank_slice(plan, ix, ranks[k], g);
       o += std::string(k ? "," : "") + "{\"rank\":" + std::to_string(ranks[k]) +
            ",\"fp32\":" + std::to_string(rp.fp32_numel) + ",\"valid\":" + std::to_string(rp.valid) +
-           ",\"padding\":" + std::to_string(rp.padding) + ",\"holds\":" + holds_json(ix, rp.contents) + "}";
+           ",\"padding\":" + std::to_string(rp.padding) + ",\"holds\":" + holds_json(ix, rp.mappings) + "}";
     }
     o += "]}";
   }

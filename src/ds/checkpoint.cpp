@@ -32,11 +32,11 @@ bool holds_optim_states(const fs::path& dir) {
 
 // One optimizer class stores 'step' one way; groups that differ mean a hand-edited file.
 StepValue::Kind common_step_kind(const TagIndex& index) {
-  if (index.steps.empty()) return StepValue::None;
-  for (const auto& s : index.steps)
-    if (s.kind != index.steps[0].kind)
+  if (index.scalars.empty() || !index.step(0)) return StepValue::None;
+  for (size_t s = 0; s < index.scalars.size(); ++s)
+    if (index.step(s)->kind != index.step(0)->kind)
       throw FormatError(where(index.dir, "param groups store 'step' as different types"));
-  return index.steps[0].kind;
+  return index.step(0)->kind;
 }
 
 }  // namespace
@@ -269,6 +269,12 @@ std::vector<Fragment> TagIndex::fragments(const Param& p, size_t state, uint64_t
   for (; it != src.end() && it->start < end; ++it)
     if (it->numel) out.push_back(*it);
   return out;
+}
+
+const StepValue* TagIndex::step(size_t s) const {
+  const auto it = std::find(scalar_names.begin(), scalar_names.end(), "step");
+  if (it == scalar_names.end() || s >= scalars.size()) return nullptr;
+  return &scalars[s].at(size_t(it - scalar_names.begin()));
 }
 
 const Param* TagIndex::find(const std::string& name) const {

@@ -25,7 +25,7 @@ namespace {
 
 // 002: optimizer class, module dtype, step kind, loss scaler, module weights and frozen params.
 // 003: parallel sources (tensor-parallel slices, merge rules, patterns, AutoEP metadata).
-constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '3'};
+constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '5'};
 
 class Out {
  public:
@@ -334,11 +334,14 @@ std::string serialize_index(const TagIndex& ix) {
   o.u64(uint64_t(ix.master_dtype));
   o.u64(uint64_t(ix.module_dtype));
   o.u64(ix.step_kind);
+  o.u64(ix.elastic);
   scaler_out(o, ix.loss_scaler);
   o.str(ix.optim_prefix);
   o.str(ix.ds_version);
   o.u64(ix.state_names.size());
   for (const auto& n : ix.state_names) o.str(n);
+  o.u64(ix.scalar_names.size());
+  for (const auto& n : ix.scalar_names) o.str(n);
   o.u64(ix.params.size());
   for (const auto& p : ix.params) {
     o.str(p.name);
@@ -352,19 +355,25 @@ std::string serialize_index(const TagIndex& ix) {
     for (const auto& f : p.stored) fragments_out(o, f);
     parallel_param_out(o, p);
   }
-  o.u64(ix.steps.size());
-  for (const auto& s : ix.steps) {
-    o.u64(s.kind);
-    o.u64(uint64_t(s.dtype));
-    o.extent(s.extent);
-    o.i64(s.i);
-    o.f64(s.f);
+  o.u64(ix.scalars.size());
+  for (const auto& group : ix.scalars) {
+    o.u64(group.size());
+    for (const auto& s : group) {
+      o.u64(s.kind);
+      o.u64(uint64_t(s.dtype));
+      o.shape(s.shape);
+      o.extent(s.extent);
+      o.i64(s.i);
+      o.f64(s.f);
+    }
   }
   o.i64(ix.num_groups);
   plain_out(o, ix.frozen);
   plain_out(o, ix.module_frozen);
   plain_out(o, ix.module_weights);
   plain_out(o, ix.buffers);
+  o.u64(ix.rank_buffers.size());
+  for (const auto& r : ix.rank_buffers) plain_out(o, r);
   o.u64(ix.shared.size());
   for (const auto& [a, c] : ix.shared) {
     o.str(a);
@@ -411,11 +420,14 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   ix->master_dtype = pt::DType(in.u64() % 12);
   ix->module_dtype = pt::DType(in.u64() % 12);
   ix->step_kind = StepValue::Kind(in.u64() % 4);
+  ix->elastic = in.u64();
   ix->loss_scaler = scaler_in(in);
   ix->optim_prefix = in.str();
   ix->ds_version = in.str();
   ix->state_names.resize(in.count(8));
   for (auto& n : ix->state_names) n = in.str();
+  ix->scalar_names.resize(in.count(8));
+  for (auto& n : ix->scalar_names) n = in.str();
   ix->params.resize(in.count(64));
   for (auto& p : ix->params) {
     p.name = in.str();
@@ -429,19 +441,26 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
     for (auto& f : p.stored) f = fragments_in(in);
     parallel_param_in(in, p);
   }
-  ix->steps.resize(in.count(48));
-  for (auto& s : ix->steps) {
-    s.kind = StepValue::Kind(in.u64() % 4);
-    s.dtype = pt::DType(in.u64() % 12);
-    s.extent = in.extent();
-    s.i = in.i64();
-    s.f = in.f64();
+  ix->scalars.resize(in.count(8));
+  for (auto& group : ix->scalars) {
+    group.resize(in.count(56));
+    if (group.size() != ix->scalar_names.size()) throw FormatError("index cache: per-group values");
+    for (auto& s : group) {
+      s.kind = StepValue::Kind(in.u64() % 4);
+      s.dtype = pt::DType(in.u64() % 12);
+      s.shape = in.shape();
+      s.extent = in.extent();
+      s.i = in.i64();
+      s.f = in.f64();
+    }
   }
   ix->num_groups = int(in.i64());
   ix->frozen = plain_in(in);
   ix->module_frozen = plain_in(in);
   ix->module_weights = plain_in(in);
   ix->buffers = plain_in(in);
+  ix->rank_buffers.resize(in.count(8));
+  for (auto& r : ix->rank_buffers) r = plain_in(in);
   ix->shared.resize(in.count(16));
   for (auto& [a, c] : ix->shared) {
     a = in.str();
@@ -482,9 +501,13 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
       throw FormatError("index cache: bad sub-parameter rule");
     if (ix->parallel() && p.slices.empty()) throw FormatError("index cache: a parallel parameter without slices");
   }
-  for (const auto& s : ix->steps)
-    if (s.kind == StepValue::Tensor) check(s.extent);
-  for (const auto* list : {&ix->frozen, &ix->module_frozen, &ix->module_weights, &ix->buffers})
+  for (const auto& group : ix->scalars)
+    for (const auto& s : group)
+      if (s.kind == StepValue::Tensor) check(s.extent);
+  std::vector<const std::vector<PlainTensor>*> lists = {&ix->frozen, &ix->module_frozen, &ix->module_weights,
+                                                        &ix->buffers};
+  for (const auto& r : ix->rank_buffers) lists.push_back(&r);
+  for (const auto* list : lists)
     for (const auto& t : *list)
       for (const auto& e : t.data) check(e);
   for (uint32_t v : ix->optim_shard)

@@ -228,7 +228,7 @@ class Grid {
         np.name = cp.name;
         np.group = cp.group;
         np.sub_group = zero3 ? -1 : cp.sub_group;
-        np.step = zero3 ? -1 : cp.step;  // ZeRO-3 + TP writes no step.pt (§6)
+        np.step = cp.step;  // the layouts' state; the universal view of ZeRO-3 + TP writes no step.pt (§6)
         ix_.params.push_back(std::move(np));
         holders_.emplace_back(size_t(ix_.tp));
       }
@@ -252,7 +252,9 @@ class Grid {
     ix_.ds_version = c.ds_version;
     ix_.state_names = c.state_names;
     ix_.num_groups = c.num_groups;
-    ix_.steps = c.steps;
+    ix_.scalar_names = c.scalar_names;
+    ix_.scalars = c.scalars;
+    ix_.elastic = c.elastic;
     ix_.optim_meta = c.optim_meta ? ix_.arena.copy(c.optim_meta) : nullptr;
     ix_.param_groups = c.param_groups ? ix_.arena.copy(c.param_groups) : nullptr;
   }

@@ -1,6 +1,7 @@
 // ZeRO-1/2 and BF16_Optimizer (spec §3.2.1, §3.2.2, §4.1): each rank's param_slice_mappings
 // says where each parameter's piece starts in that rank's flat fp32 partition and Adam moments.
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -17,8 +18,7 @@ using NameIndex = std::unordered_map<std::string, size_t>;
 
 // Rank 0's optimizer-level values, minus the per-rank tensors, as ds_to_universal keeps them.
 const pt::Node* copy_meta(pt::Arena& arena, const Field& osd, int world, size_t groups) {
-  static const char* kDropped[] = {"base_optimizer_state", "single_partition_of_fp32_groups", "param_slice_mappings",
-                                   "base_optimizer_state_step"};
+  static const char* kDropped[] = {"base_optimizer_state", "single_partition_of_fp32_groups", "param_slice_mappings"};
   pt::Node* meta = arena.make(pt::Kind::Dict);
   for (const auto& [k, v] : osd.node()->entries) {
     if (k->kind != pt::Kind::Str || std::find(std::begin(kDropped), std::end(kDropped), k->s) != std::end(kDropped))
@@ -34,6 +34,20 @@ const pt::Node* copy_meta(pt::Arena& arena, const Field& osd, int world, size_t 
     meta->entries.emplace_back(arena.make_str(k->s), value);
   }
   return meta;
+}
+
+// An elastic save has no param_groups: one {'params': [g]} per group, which a universal load
+// reads as "keep the engine's hyper-parameters", what a native load of an elastic save does.
+const pt::Node* params_only_groups(pt::Arena& arena, size_t groups) {
+  pt::Node* list = arena.make(pt::Kind::List);
+  for (size_t g = 0; g < groups; ++g) {
+    pt::Node* ids = arena.make(pt::Kind::List);
+    ids->items.push_back(arena.make_int(int64_t(g)));
+    pt::Node* group = arena.make(pt::Kind::Dict);
+    group->entries.emplace_back(arena.make_str("params"), ids);
+    list->items.push_back(group);
+  }
+  return list;
 }
 
 // param_shapes: the trainable parameters in flat-buffer order, each group after the previous.
@@ -87,19 +101,51 @@ std::vector<int> group_partitions(const TagIndex& index, const TagFiles& files) 
 
 // The parts of one rank's optimizer_state_dict the layout comes from.
 struct RankState {
-  Field osd, base, state, fp32, maps;
+  Field osd, base, fp32, maps;
+  bool elastic = false;
+  std::vector<std::optional<Field>> groups;  // each group's optimizer state; nullopt: never stepped
+  std::vector<StateKeys> keys;               // each group's keys, split as DeepSpeed splits them
+  std::vector<uint64_t> lengths;             // each group's partitioned state tensors' length
+  const Field* group(size_t g) const { return groups[g] ? &*groups[g] : nullptr; }
 };
+
+// A rigid save keeps torch's {'state': {g: ...}, 'param_groups'}, an elastic one a list of
+// per-group states cut to the valid elements; before the first step every group's state is {}.
+std::vector<std::optional<Field>> group_states(const Field& base, bool elastic, size_t G) {
+  std::vector<std::optional<Field>> out(G);
+  const Field state = elastic ? base : base["state"];
+  if (state.size() == 0) return out;
+  if (state.size() != G)
+    state.fail("holds the state of " + std::to_string(state.size()) + " param groups, not of all " + std::to_string(G) +
+               " (or none, before the first step)");
+  for (size_t g = 0; g < G; ++g) {
+    out[g] = elastic ? state[g] : state.at(int64_t(g));
+    if (out[g]->size() == 0) out[g].reset();
+  }
+  return out;
+}
 
 RankState rank_state(const OpenShard& shard, const TagIndex& index, const std::vector<int>& partitions) {
   const Field osd = shard.root()["optimizer_state_dict"];
-  const Field base = osd["base_optimizer_state"];
-  if (!base.is(pt::Kind::Dict))
-    base.fail("elastic (list) optimizer state is not supported; save with elastic_checkpoint=false");
-  RankState rs{osd, base, base["state"], osd["single_partition_of_fp32_groups"], osd["param_slice_mappings"]};
+  RankState rs{osd, osd["base_optimizer_state"], osd["single_partition_of_fp32_groups"], osd["param_slice_mappings"]};
+  rs.elastic = rs.base.is(pt::Kind::List);
+  if (!rs.elastic && !rs.base.is(pt::Kind::Dict))
+    rs.base.fail("expected a dict (rigid) or a list (elastic_checkpoint), found " + pt::repr(rs.base.node()));
   const size_t G = size_t(index.num_groups);
-  if (rs.fp32.size() != G || rs.maps.size() != G || rs.state.size() != G)
-    osd.fail("has " + std::to_string(rs.maps.size()) + " param groups, param_shapes in the model file has " +
+  for (const Field& f : {rs.fp32, rs.maps})
+    if (f.size() != G)
+      f.fail("has " + std::to_string(f.size()) + " param groups, param_shapes in the model file has " +
              std::to_string(G));
+  rs.groups = group_states(rs.base, rs.elastic, G);
+  const auto paddings = osd.find("group_paddings");
+  for (size_t g = 0; g < G; ++g) {
+    // The state tensors' length: the padded partition; BF16_Optimizer's fp32 keeps its padding, and
+    // an elastic save cuts the padding off every state tensor.
+    uint64_t partition = rs.fp32[g].as_tensor().numel();
+    if (!index.bf16_optimizer && !rs.elastic && paddings) partition += uint64_t((*paddings)[g].as_int());
+    rs.keys.push_back(split_state(rs.group(g), partition));
+    rs.lengths.push_back(partition);
+  }
   if (auto pc = osd.find("partition_count"); pc && pc->is(pt::Kind::List))
     for (size_t g = 0; g < pc->size(); ++g)
       if ((*pc)[g].as_int() != partitions.at(g))
@@ -111,31 +157,29 @@ RankState rank_state(const OpenShard& shard, const TagIndex& index, const std::v
 
 // Rank 0 names the states, the master dtype, the loss scaler and the values copied for the view.
 void read_rank0_layout(TagIndex& index, const RankState& rs) {
-  index.state_names = {"fp32"};
-  for (auto& k : state_keys(rs.state.at(0))) index.state_names.push_back(k);
+  adopt_state_keys(index, rs.keys.at(0), rs.base);
+  index.elastic = rs.elastic;
   index.master_dtype = rs.fp32[0].as_tensor().dtype;
   for (auto& p : index.params) p.stored.resize(index.state_names.size());
   index.optim_meta = copy_meta(index.arena, rs.osd, index.dp, size_t(index.num_groups));
-  index.param_groups = index.arena.copy(rs.base["param_groups"].node());
+  index.param_groups = rs.elastic ? params_only_groups(index.arena, size_t(index.num_groups))
+                                  : index.arena.copy(rs.base["param_groups"].node());
   index.loss_scaler = read_loss_scaler(rs.osd);
 }
 
 // Every group of every rank has rank 0's state keys, and all its tensors the master dtype.
 void check_group_state(const TagIndex& index, const RankState& rs, size_t g) {
-  const Field gstate = rs.state.at(int64_t(g));
-  const auto keys = state_keys(gstate);
-  if (!std::equal(keys.begin(), keys.end(), index.state_names.begin() + 1, index.state_names.end()) ||
-      keys.size() + 1 != index.state_names.size())
-    gstate.fail("optimizer state keys differ from rank 0's");
+  if (rs.elastic != index.elastic) rs.base.fail("rigid and elastic (list) optimizer states mixed across ranks");
+  check_state_keys(index, rs.keys.at(g), rs.group(g), rs.group(g) ? *rs.group(g) : rs.base, rs.lengths.at(g));
   require_dtype(rs.fp32[g], index.master_dtype, "the master weights of group 0");
   for (size_t k = 1; k < index.state_names.size(); ++k)
-    require_dtype(gstate[index.state_names[k]], index.master_dtype, "the master weights");
+    require_dtype((*rs.group(g))[index.state_names[k]], index.master_dtype, "the master weights");
 }
 
 // Appends this rank's piece of each parameter its param_slice_mappings[g] lists.
 void add_rank_pieces(TagIndex& index, const RankState& rs, size_t g, uint32_t rank, uint32_t shard,
                      const NameIndex& by_name) {
-  const Field gstate = rs.state.at(int64_t(g));
+  const Field* gstate = rs.group(g);
   std::vector<std::pair<uint64_t, size_t>> starts;  // (start in the partition, param)
   for (const auto& [name, fa] : rs.maps[g].items()) {
     auto it = by_name.find(name);
@@ -148,7 +192,7 @@ void add_rank_pieces(TagIndex& index, const RankState& rs, size_t g, uint32_t ra
     for (const auto& f : p.stored[0]) at += f.numel;
     const std::string what = "parameter " + name;
     for (size_t k = 0; k < index.state_names.size(); ++k) {
-      const Field t = k == 0 ? rs.fp32[g] : gstate[index.state_names[k]];
+      const Field t = k == 0 ? rs.fp32[g] : (*gstate)[index.state_names[k]];
       p.stored[k].push_back({rank, at, uint64_t(numel), ShardSet::slice(t, shard, start, numel, what)});
     }
     starts.emplace_back(uint64_t(start), it->second);
@@ -190,7 +234,7 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
     if (r == 0) read_rank0_layout(index, rs);
     for (size_t g = 0; g < size_t(index.num_groups); ++g) {
       check_group_state(index, rs, g);
-      if (r == 0) index.steps.push_back(read_group_step(rs.state.at(int64_t(g)), shard.id));
+      if (r == 0) index.scalars.push_back(read_scalars(index, rs.group(g), shard.id));
       add_rank_pieces(index, rs, g, uint32_t(r), shard.id, by_name);
     }
   }

@@ -1,6 +1,7 @@
 // ZeRO-3 (spec §3.2.3, §4.2): every parameter is split into W partitions of ceil(n/W) elements;
 // a rank's fp32_flat_groups[s] and Adam moments concatenate its partitions of sub-group s.
 #include <algorithm>
+#include <optional>
 
 #include "builders.h"
 #include "model_states.h"
@@ -77,12 +78,20 @@ void read_rank_layout(TagIndex& index, const OpenShard& shard, int r, const std:
   const size_t S = index.sub_groups;
   if (flat.size() != S)
     flat.fail("has " + std::to_string(flat.size()) + " sub-groups, param_shapes has " + std::to_string(S));
+  if (state.size() != 0 && state.size() != S)  // {} before the first step
+    state.fail("holds the state of " + std::to_string(state.size()) + " sub-groups, not of all " + std::to_string(S));
   if (r == 0) index.master_dtype = flat[0].as_tensor().dtype;
   for (size_t s = 0; s < S; ++s) {
-    const Field st = state.at(int64_t(s));
-    if (r == 0) index.steps.push_back(read_group_step(st, shard.id));
+    std::optional<Field> st;
+    if (state.size() != 0) st = state.at(int64_t(s));
+    const Field* group = st && st->size() ? &*st : nullptr;
+    const uint64_t partition = flat[s].as_tensor().numel();
+    const StateKeys keys = split_state(group, partition);
+    if (r == 0 && s == 0) adopt_state_keys(index, keys, state);
+    check_state_keys(index, keys, group, group ? *group : state, partition);
+    if (r == 0) index.scalars.push_back(read_scalars(index, group, shard.id));
     for (size_t k = 0; k < index.state_names.size(); ++k) {
-      const Field t = k == 0 ? flat[s] : st[index.state_names[k]];
+      const Field t = k == 0 ? flat[s] : (*group)[index.state_names[k]];
       check_subgroup_tensor(index, t, s, need[s], model);
       index.flat_offsets.push_back(
           ShardSet::slice(t, shard.id, 0, t.as_tensor().numel(), "sub-group " + std::to_string(s)).offset);
@@ -91,19 +100,32 @@ void read_rank_layout(TagIndex& index, const OpenShard& shard, int r, const std:
   index.optim_shard.push_back(shard.id);
 }
 
-// Frozen parameters: each rank's model file holds its ceil(n/W) partition (with padding).
-void read_frozen_partitions(TagIndex& index, ShardSet& shards, const TagFiles& files, const FrozenShapes& frozen) {
-  if (frozen.empty()) return;
+// Each rank's model file: its ceil(n/W) partition of every frozen parameter (with padding), and
+// its own buffers, of rank 0's names, dtypes and shapes.
+void read_rank_model_files(TagIndex& index, ShardSet& shards, const TagFiles& files, const FrozenShapes& frozen) {
+  if (frozen.empty() && index.buffers.empty()) return;
   for (auto& [name, shape] : frozen) index.frozen.push_back(PlainTensor{name, pt::DType::F32, shape, {}});
   for (int r = 0; r < index.dp; ++r) {
     OpenShard model = shards.open(files.model[size_t(r)]);
-    const Field frags = model.root()["frozen_param_fragments"];
-    for (auto& f : index.frozen) {
-      const Field t = frags[f.name];
-      const uint64_t n = numel_of(f.shape), part = zero3_partition(n, uint64_t(index.dp));
-      f.dtype = t.as_tensor().dtype;
-      if (const uint64_t valid = valid_on_rank(n, part, r))
-        f.data.push_back(ShardSet::slice(t, model.id, 0, valid, "frozen parameter " + f.name));
+    if (!frozen.empty()) {
+      const Field frags = model.root()["frozen_param_fragments"];
+      for (auto& f : index.frozen) {
+        const Field t = frags[f.name];
+        const uint64_t n = numel_of(f.shape), part = zero3_partition(n, uint64_t(index.dp));
+        f.dtype = t.as_tensor().dtype;
+        if (const uint64_t valid = valid_on_rank(n, part, r))
+          f.data.push_back(ShardSet::slice(t, model.id, 0, valid, "frozen parameter " + f.name));
+      }
+    }
+    if (index.buffers.empty()) continue;
+    const Field module = model.root()["module"];
+    auto& mine = index.rank_buffers.emplace_back();
+    for (const PlainTensor& b : index.buffers) {
+      const Field t = module[b.name];
+      if (t.as_tensor().shape != b.shape) t.fail("buffer shape differs from rank 0's");
+      require_dtype(t, b.dtype, "rank 0's buffer " + b.name);
+      mine.push_back(
+          PlainTensor{b.name, b.dtype, b.shape, {ShardSet::slice(t, model.id, 0, b.numel(), "buffer " + b.name)}});
     }
   }
 }
@@ -128,8 +150,6 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
   index.sub_groups = subgroups.size();
   const std::vector<int> group_of = group_of_subgroups(groups, index.sub_groups);
   index.num_groups = int(groups.size());
-  index.state_names = {"fp32"};
-  for (auto& k : state_keys(inner0["state"].at(0))) index.state_names.push_back(k);
   for (size_t s = 0; s < subgroups.size(); ++s)
     for (const auto& [name, shape] : subgroups[s])
       index.params.push_back(Param{name, shape, numel_of(shape), group_of[s], int(s), int(s), 0, {}});
@@ -144,7 +164,7 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
     read_rank_layout(index, shard, r, need, files.model[0]);
   }
   read_module(index, model, false);  // after the master dtype is known
-  read_frozen_partitions(index, shards, files, frozen);
+  read_rank_model_files(index, shards, files, frozen);
 }
 
 }  // namespace zm::ds

@@ -61,7 +61,7 @@ std::string rule_text(const Param& p) {
 std::string stage_text(const TagIndex& ix) {
   if (ix.bf16_optimizer) return "BF16_Optimizer (ZeRO-1 layout)";
   std::string s = "ZeRO-" + std::to_string(ix.stage);
-  if (ix.stage == 3) s += " (" + std::to_string(ix.steps.size()) + " sub-groups)";
+  if (ix.stage == 3) s += " (" + std::to_string(ix.scalars.size()) + " sub-groups)";
   return s;
 }
 
@@ -130,10 +130,15 @@ std::string inspect_text(const TagIndex& ix) {
   line("optimizer",
        std::string(optimizer_class_name(ix.optimizer)) + " (step stored as " + step_kind_name(ix.step_kind) + ")");
   line("training", std::string(pt::dtype_name(ix.module_dtype)) + " module weights");
-  line("dtype", std::string(pt::dtype_name(ix.master_dtype)) + " master weights; optimizer states: " + states);
+  line("dtype", std::string(pt::dtype_name(ix.master_dtype)) + " master weights; optimizer states: " +
+                    (ix.has_state() ? states : "none (saved before the first step)"));
+  std::string per_group;
+  for (const auto& k : ix.scalar_names) per_group += (per_group.empty() ? "" : ", ") + k;
+  if (!per_group.empty()) line("per group", per_group);
+  if (ix.elastic) line("elastic", "yes (elastic_checkpoint: per-group states as a list, no param_groups)");
   line("loss scale", loss_scaler_text(ix.loss_scaler));
   line("groups", std::to_string(ix.num_groups) + " param groups");
-  if (!ix.steps.empty()) line("step", pt::format_double(step_number(ix, ix.steps[0])));
+  if (const StepValue* step = ix.step(0)) line("step", pt::format_double(step_number(ix, *step)));
   line("params", with_commas(ix.params.size()) + " trainable (" + with_commas(numel) + " elements, " +
                      human_bytes(ix.state_bytes()) + " of fp32 + optimizer state), " +
                      std::to_string(ix.frozen.size()) + " frozen, " + std::to_string(ix.buffers.size()) + " buffers, " +
@@ -177,9 +182,12 @@ std::string inspect_json(const TagIndex& ix) {
       std::string(pt::dtype_name(ix.master_dtype)) + "\",\"step_type\":\"" + step_kind_name(ix.step_kind) +
       "\",\"loss_scaler\":" + loss_scaler_json(ix.loss_scaler) + ",\"ds_version\":" + json_escape(ix.ds_version) +
       ",\"param_groups\":" + std::to_string(ix.num_groups) +
-      ",\"sub_groups\":" + std::to_string(ix.stage == 3 ? ix.steps.size() : 0) + ",\"states\":[";
+      ",\"sub_groups\":" + std::to_string(ix.stage == 3 ? ix.scalars.size() : 0) + ",\"states\":[";
   for (size_t k = 0; k < ix.state_names.size(); ++k) o += (k ? "," : "") + json_escape(ix.state_names[k]);
-  o += "],\"step\":" + (ix.steps.empty() ? std::string("null") : pt::format_double(step_number(ix, ix.steps[0])));
+  o += "],\"per_group\":[";
+  for (size_t k = 0; k < ix.scalar_names.size(); ++k) o += (k ? "," : "") + json_escape(ix.scalar_names[k]);
+  o += "],\"elastic\":" + std::string(ix.elastic ? "true" : "false");
+  o += ",\"step\":" + (ix.step(0) ? pt::format_double(step_number(ix, *ix.step(0))) : std::string("null"));
   uint64_t numel = 0;
   o += ",\"params\":[";
   for (size_t k = 0; k < ix.params.size(); ++k) {

@@ -1,4 +1,7 @@
 #include "model_states.h"
+
+#include <algorithm>
+
 #include "zeromount/ds/shard_names.h"
 
 #include "zeromount/pt/error.h"
@@ -53,34 +56,73 @@ void read_model_common(TagIndex& index, const OpenShard& model) {
   }
 }
 
-StepValue read_group_step(const Field& state, uint32_t shard) {
+namespace {
+
+bool is_flat(const Field& v, uint64_t partition) {
+  if (!v.is(pt::Kind::Tensor)) return false;
+  const pt::Tensor& t = v.as_tensor();
+  return t.shape.size() == 1 && uint64_t(t.shape[0]) == partition;
+}
+
+StepValue read_scalar(const Field& v, uint32_t shard) {
   StepValue s;
-  const auto found = state.find("step");
-  if (!found) return s;
-  const Field& step = *found;
-  if (step.is(pt::Kind::Tensor)) {
-    const pt::Tensor& t = step.as_tensor();
-    if (t.numel() != 1) step.fail("step tensor has " + std::to_string(t.numel()) + " elements");
+  if (v.is(pt::Kind::Tensor)) {
+    const pt::Tensor& t = v.as_tensor();
     s.kind = StepValue::Tensor;
     s.dtype = t.dtype;
-    s.extent = ShardSet::slice(step, shard, 0, 1, "step");
-  } else if (step.is(pt::Kind::Int)) {
+    s.shape = t.shape;
+    s.extent = ShardSet::slice(v, shard, 0, t.numel(), "per-group optimizer value");
+  } else if (v.is(pt::Kind::Int)) {
     s.kind = StepValue::Int;
-    s.i = step.node()->i;
-  } else if (step.is(pt::Kind::Float)) {
+    s.i = v.node()->i;
+  } else if (v.is(pt::Kind::Float)) {
     s.kind = StepValue::Float;
-    s.f = step.node()->f;
+    s.f = v.node()->f;
   } else {
-    step.fail("unsupported step value " + pt::repr(step.node()));
+    v.fail("unsupported per-group optimizer value " + pt::repr(v.node()) + " (a tensor, an int or a float is carried)");
   }
   return s;
 }
 
-std::vector<std::string> state_keys(const Field& state) {
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : state.items())
-    if (k != "step") keys.push_back(k);
+}  // namespace
+
+StateKeys split_state(const Field* state, uint64_t partition) {
+  StateKeys keys;
+  if (!state) return keys;
+  for (const auto& [k, v] : state->items()) (is_flat(v, partition) ? keys.flat : keys.scalars).push_back(k);
   return keys;
+}
+
+void adopt_state_keys(TagIndex& index, const StateKeys& keys, const Field& where) {
+  index.state_names = {"fp32"};
+  for (const auto& k : keys.flat) {
+    if (k == "fp32") where.fail("an optimizer state key 'fp32' clashes with the master weights' name");
+    index.state_names.push_back(k);
+  }
+  index.scalar_names = keys.scalars;
+}
+
+void check_state_keys(const TagIndex& index, const StateKeys& keys, const Field* state, const Field& where,
+                      uint64_t partition) {
+  const bool same_flat = keys.flat.size() + 1 == index.state_names.size() &&
+                         std::equal(keys.flat.begin(), keys.flat.end(), index.state_names.begin() + 1);
+  if (same_flat && keys.scalars == index.scalar_names) return;
+  // Name the key that rank 0 partitions and this group does not, and why.
+  for (size_t k = 1; k < index.state_names.size() && state; ++k) {
+    const auto v = state->find(index.state_names[k]);
+    if (!v || is_flat(*v, partition)) continue;
+    if (v->is(pt::Kind::Tensor)) require_dtype(*v, index.master_dtype, "the master weights");
+    v->fail("is " + pt::repr(v->node()) + ", where rank 0 has a 1-D tensor of the flat partition's length (" +
+            std::to_string(partition) + " here)");
+  }
+  where.fail("optimizer state keys differ from rank 0's");
+}
+
+std::vector<StepValue> read_scalars(const TagIndex& index, const Field* state, uint32_t shard) {
+  std::vector<StepValue> out;
+  if (!state) return out;
+  for (const auto& name : index.scalar_names) out.push_back(read_scalar((*state)[name], shard));
+  return out;
 }
 
 }  // namespace zm::ds

@@ -17,10 +17,24 @@ using ShapeList = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 std::vector<ShapeList> read_param_shapes(const Field& model_root);
 // Buffers, shared params, ds_version, and the dp_world_size check against the file count.
 void read_model_common(TagIndex& index, const OpenShard& model);
-// The 'step' of one group's (or sub-group's) optimizer state; StepValue::None when it has none.
-StepValue read_group_step(const Field& state, uint32_t shard);
-// The keys of one optimizer state dict other than 'step', in file order.
-std::vector<std::string> state_keys(const Field& state);
+// The keys of one (sub-)group's optimizer state, split as DeepSpeed splits them
+// (tensor_fragment.py, set_optim_state_fragment): a 1-D tensor of the flat partition's length
+// (`partition` elements) is partitioned with the master weights; any other value ('step', an int
+// counter, a shape-[1] tensor) is one value per group. Both lists in file order; both empty for a
+// group without state (an optimizer that never stepped).
+struct StateKeys {
+  std::vector<std::string> flat, scalars;
+  bool operator==(const StateKeys&) const = default;
+};
+StateKeys split_state(const Field* state, uint64_t partition);
+// Rank 0's first group names the keys of every group (TagIndex::state_names, scalar_names);
+// every other group of every rank must have the same ones.
+void adopt_state_keys(TagIndex& index, const StateKeys& keys, const Field& where);
+// `state` is the group's state (nullptr: none), `partition` the flat partition's length.
+void check_state_keys(const TagIndex& index, const StateKeys& keys, const Field* state, const Field& where,
+                      uint64_t partition);
+// One group's values of TagIndex::scalar_names (none for a group without state).
+std::vector<StepValue> read_scalars(const TagIndex& index, const Field* state, uint32_t shard);
 uint64_t numel_of(const std::vector<int64_t>& shape);
 
 // The one mixed-dtype check: `tensor` must be `want`, the dtype of `whose` (e.g. "the master weights").

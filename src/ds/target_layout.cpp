@@ -135,6 +135,34 @@ void plan_sub_groups(const TagIndex& index, const TargetLayout& target, int grou
   }
 }
 
+// A parallel source is presented merged to TP = PP = 1, made of its stored bytes: what a TP=1
+// engine's module and flat partitions hold (its universal tensors). Refused where that state is
+// not in the files as it would be at TP = 1.
+void check_parallel_source(const TagIndex& index, const TargetLayout& target) {
+  if (!index.parallel()) return;
+  if (index.pp > 1)
+    refuse(index, target,
+           "a pipeline-parallel source: a PipelineEngine keeps its weights in layer_*-model_states.pt files, which a "
+           "fake does not write (load <T>_universal/ instead)");
+  if (index.autoep())
+    refuse(index, target,
+           "an AutoEP source: its experts' weights are in expert files and its engine's layout is not a TP=1 one "
+           "(load <T>_universal/ instead)");
+  for (const Param& p : index.params)
+    if (p.rule == TpRule::Averaged)
+      refuse(index, target,
+             "'" + p.name +
+                 "' is averaged over its tensor-parallel copies (parameter_to_average_patterns): its TP=1 value is "
+                 "computed, not stored (load <T>_universal/ instead)");
+  for (const Param& p : index.params)
+    if (p.vocab && p.merged_numel != p.numel)
+      refuse(index, target,
+             "vocabulary parameter '" + p.name + "' is padded to " + std::to_string(p.merged_numel) +
+                 " elements for TP=" + std::to_string(index.tp) + " (original_vocab_size " +
+                 std::to_string(index.original_vocab_size) +
+                 "): how a TP=1 model pads it is not in the checkpoint (load <T>_universal/ instead)");
+}
+
 bool enabled(const pt::Node* config, std::string_view key) {
   const pt::Node* section = config->get(key);
   const pt::Node* on = section ? section->get("enabled") : nullptr;
@@ -260,6 +288,12 @@ PartitionPlan plan_partitions(const TagIndex& index, const TargetLayout& target,
         "the source's master weights are " + std::string(pt::dtype_name(index.master_dtype)) +
             " (fp16/bf16_master_weights_and_gradients); only fp32 masters are re-partitioned (fake-layouts.md §3.1)");
   if (index.num_groups < 1 || index.params.empty()) refuse(index, target, "the source has no trainable parameter");
+  check_parallel_source(index, target);
+  if (index.elastic && (zero3 || target.stage == TargetStage::Bf16Opt))
+    refuse(index, target,
+           "the source was saved with elastic_checkpoint, without its param groups' hyper-parameters, and a "
+           "ZeRO-3 or BF16_Optimizer load takes them from the file; only ZeRO-1/2 targets, which DeepSpeed loads "
+           "from the elastic form, are made (fake-layouts.md §3.1)");
   PartitionPlan plan;
   plan.target = target;
   plan.num_groups = index.num_groups;
@@ -300,7 +334,6 @@ RankPartition rank_slice(const PartitionPlan& plan, const TagIndex& index, uint3
     r.padding = g.partition - r.valid;
   }
   r.mappings = overlap(index, g.params, g.offsets, lo, hi);
-  r.contents = plan.target.round_robin ? overlap(index, g.flat, g.flat_offsets, lo, hi) : r.mappings;
   return r;
 }
 

@@ -36,7 +36,8 @@ struct Record {
   std::string name;
   std::string inline_data;         // small records
   const Tensor* tensor = nullptr;  // storage records
-  uint64_t size() const { return tensor ? tensor->write_bytes() : inline_data.size(); }
+  uint64_t sized = 0;              // a record of this many bytes whose content is not laid out (pt_size)
+  uint64_t size() const { return tensor ? tensor->write_bytes() : sized ? sized : inline_data.size(); }
 };
 
 uint32_t record_crc(const Record& r, const ExtentReader* src) {
@@ -70,27 +71,27 @@ void append_piece(VirtualFile& vf, const Tensor& t, const Extent& e) {
   vf.append_computed(c);
 }
 
-VirtualFile build_pt(const Node* root, const PtOptions& opts) {
-  PickledTensors p = pickle_value(root);
+namespace {
+
+// The records of a .pt file in torch.save's order: the pickle, byteorder, each storage, version.
+// `storage(k)` makes storage key k's record.
+template <class Storage>
+std::vector<Record> records(std::string pickle, uint64_t pickle_bytes, size_t storages, const PtOptions& opts,
+                            Storage storage) {
   std::vector<Record> recs;
-  recs.push_back({opts.prefix + "/data.pkl", std::move(p.pickle), nullptr});
+  recs.push_back({opts.prefix + "/data.pkl", std::move(pickle), nullptr, pickle_bytes});
   if (opts.byteorder) recs.push_back({opts.prefix + "/byteorder", "little", nullptr});
-  std::vector<size_t> order(p.storages.size());
+  std::vector<size_t> order(storages);
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
   if (opts.legacy_key_order)
     std::sort(order.begin(), order.end(), [](size_t a, size_t b) { return std::to_string(a) < std::to_string(b); });
-  for (size_t k : order) {
-    const Tensor* t = p.storages[k];
-    uint64_t have = 0;
-    for (const Extent& e : t->data) have += e.length;
-    if (have != t->write_bytes())
-      throw Error("pt writer: tensor needs " + std::to_string(t->write_bytes()) + " bytes, its extents hold " +
-                  std::to_string(have));
-    recs.push_back({opts.prefix + "/data/" + std::to_string(k), {}, t});
-  }
+  for (size_t k : order) recs.push_back(storage(k, opts.prefix + "/data/" + std::to_string(k)));
   recs.push_back({opts.prefix + "/version", "3\n", nullptr});
+  return recs;
+}
 
-  VirtualFile vf;
+// Lays the records out as torch.save does into `vf`; with no `vf`, only counts the bytes.
+uint64_t lay_out(const std::vector<Record>& recs, const PtOptions& opts, VirtualFile* vf) {
   Bytes cd;
   uint64_t pos = 0;
   for (const Record& r : recs) {
@@ -123,7 +124,7 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     lx.u16(pad);
     lx.s.append(pad, 'Z');
     const uint16_t flags = size ? 0x0808 : 0x0800;
-    const uint32_t crc = record_crc(r, opts.crc_source);
+    const uint32_t crc = vf ? record_crc(r, opts.crc_source) : 0;  // a CRC changes bytes, never sizes
 
     Bytes h;
     h.u32(0x04034b50);
@@ -139,12 +140,15 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     h.u16(lx.s.size());
     h.s += r.name;
     h.s += lx.s;
-    vf.append_inline(h.s);
-    if (r.tensor) {
-      for (const Extent& e : r.tensor->data) append_piece(vf, *r.tensor, e);
-    } else {
-      vf.append_inline(r.inline_data);
+    if (vf) {
+      vf->append_inline(h.s);
+      if (r.tensor) {
+        for (const Extent& e : r.tensor->data) append_piece(*vf, *r.tensor, e);
+      } else {
+        vf->append_inline(r.inline_data);
+      }
     }
+    uint64_t end_of_record = pos + h.s.size() + size;
     if (size) {
       Bytes dd;
       dd.u32(0x08074b50);
@@ -156,7 +160,8 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
         dd.u32(size);
         dd.u32(size);
       }
-      vf.append_inline(dd.s);
+      if (vf) vf->append_inline(dd.s);
+      end_of_record += dd.s.size();
     }
     cd.u32(0x02014b50);
     cd.u16(0);
@@ -177,7 +182,7 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
     cd.u32(std::min(pos, kBig));
     cd.s += r.name;
     cd.s += cx.s;
-    pos = vf.size();
+    pos = end_of_record;
   }
   const uint64_t n = recs.size(), cd_ofs = pos, cd_size = cd.s.size();
   Bytes end;
@@ -205,8 +210,43 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
   end.u32(std::min(cd_size, kBig));
   end.u32(std::min(cd_ofs, kBig));
   end.u16(0);
-  vf.append_inline(end.s);
+  if (vf) vf->append_inline(end.s);
+  return pos + end.s.size();
+}
+
+}  // namespace
+
+VirtualFile build_pt(const Node* root, const PtOptions& opts) {
+  PickledTensors p = pickle_value(root);
+  const uint64_t pickle_bytes = p.pickle.size();
+  const auto recs =
+      records(std::move(p.pickle), pickle_bytes, p.storages.size(), opts, [&](size_t k, std::string name) {
+        const Tensor* t = p.storages[k];
+        uint64_t have = 0;
+        for (const Extent& e : t->data) have += e.length;
+        if (have != t->write_bytes())
+          throw Error("pt writer: tensor needs " + std::to_string(t->write_bytes()) + " bytes, its extents hold " +
+                      std::to_string(have));
+        return Record{std::move(name), {}, t};
+      });
+  VirtualFile vf;
+  lay_out(recs, opts, &vf);
   return vf;
+}
+
+PtRecords pt_records(const Node* root) {
+  PickledTensors p = pickle_value(root);
+  PtRecords r{p.pickle.size(), {}};
+  for (const Tensor* t : p.storages) r.storages.push_back(t->write_bytes());
+  return r;
+}
+
+uint64_t pt_size(const PtRecords& shape, const PtOptions& opts) {
+  return lay_out(records({}, shape.pickle, shape.storages.size(), opts,
+                         [&](size_t k, std::string name) {
+                           return Record{std::move(name), {}, nullptr, shape.storages[k]};
+                         }),
+                 opts, nullptr);
 }
 
 void write_record_crcs(const std::string& path) {

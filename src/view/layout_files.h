@@ -4,6 +4,7 @@
 // size and precision. Headers are inline, tensor bytes are extents of the source shards placed by
 // the partition plan, padding is zero fill and precision changes are computed on read.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -13,6 +14,7 @@
 
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/pt_file.h"
+#include "zeromount/pt/pt_writer.h"
 #include "zeromount/pt/virtual_file.h"
 #include "zeromount/view/mounted_tag.h"
 
@@ -21,8 +23,10 @@ namespace zm::view {
 // One (source tag, target) pair: the plan is made once, O(params); rank files are built on demand.
 class LayoutTag {
  public:
-  // Throws zm::Error (EINVAL, naming the reason and the spec section) when the target cannot be made.
-  LayoutTag(const MountedTag& tag, const ds::TargetLayout& target);
+  // Throws zm::Error (EINVAL, naming the reason and the spec section) when the target cannot be made
+  // whole: what the plan refuses, and a source 'module' the model-state files cannot present.
+  // `options`: the tag's run options when already read (else read from its model-state file).
+  LayoutTag(const MountedTag& tag, const ds::TargetLayout& target, const ds::SourceOptions* options = nullptr);
 
   const MountedTag& tag() const { return tag_; }
   const ds::TargetLayout& target() const { return plan_.target; }
@@ -34,9 +38,13 @@ class LayoutTag {
   std::string file_name(uint64_t k) const;
   std::optional<uint64_t> file_index(std::string_view name) const;
   pt::VirtualFile build(uint64_t k) const;
-
-  pt::VirtualFile model_states(uint32_t rank) const;
-  pt::VirtualFile optim_states(uint32_t rank) const;
+  // Whether size() knows a file's size without building it: where files of one kind have the same
+  // pickle, i.e. at ZeRO-3 targets every optimizer file, and every model-state file but rank 0's
+  // (which alone holds shared_params). ZeRO-1/2 and bf16opt rank files differ: they are built.
+  bool sized() const { return zero3(); }
+  // The first file of a kind asked for is pickled once; every other one is only laid out under
+  // its own name (pt_size), once per length of name. Throws unless sized().
+  uint64_t size(uint64_t k) const;
 
   // The source's model-state pickle, read once: its non-tensor subtrees are copied into the fakes.
   const pt::PtFile& source_model() const;
@@ -46,6 +54,12 @@ class LayoutTag {
 
  private:
   bool zero3() const { return plan_.target.stage == ds::TargetStage::Zero3; }
+  void check_module() const;
+  // File k's pickle (its tensors carry their data) and its .pt options (archive name, CRCs).
+  const pt::Node* pickle(uint64_t k, pt::Arena& a) const;
+  pt::PtOptions options(uint64_t k) const;
+  const pt::Node* model_states(uint32_t rank, pt::Arena& a) const;
+  const pt::Node* optim_states(uint32_t rank, pt::Arena& a) const;
   const MountedTag& tag_;
   ds::SourceOptions options_;
   ds::PartitionPlan plan_;
@@ -53,6 +67,9 @@ class LayoutTag {
   mutable std::once_flag loaded_;
   mutable std::unique_ptr<pt::PtFile> model_;
   mutable std::vector<ds::PlainTensor> frozen_;
+  mutable std::mutex sized_mu_;  // guards what size() keeps:
+  mutable std::optional<pt::PtRecords> records_[3];
+  mutable std::map<std::pair<size_t, size_t>, uint64_t> sizes_;  // (kind, name length) -> size
 };
 
 }  // namespace zm::view

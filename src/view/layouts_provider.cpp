@@ -59,15 +59,20 @@ class RankFiles final : public LazyDir {
   RankFiles(std::shared_ptr<const Plans> plans, const MountedTag& tag, ds::TargetLayout target, struct timespec mtime)
       : plans_(std::move(plans)), tag_(&tag), target_(std::move(target)), mtime_(mtime) {}
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
-    const auto k = layout()->file_index(name);
+    const std::shared_ptr<const LayoutTag> layout = this->layout();
+    const auto k = layout->file_index(name);
     if (!k) return 0;
     auto plans = plans_;
     const MountedTag* tag = tag_;
     const ds::TargetLayout target = target_;
     const uint64_t file = *k;
+    Builder build = [plans, tag, target, file] { return plans->get(*tag, target)->build(file); };
+    if (!layout->sized())
+      return tree.add_file(dir, std::string(name), mtime_, std::move(build), Inode::kUnknown, false);
+    // `ls -l` of thousands of ZeRO-3 rank files: sized without building each one.
     return tree.add_file(
-        dir, std::string(name), mtime_, [plans, tag, target, file] { return plans->get(*tag, target)->build(file); },
-        Inode::kUnknown, false);
+        dir, std::string(name), mtime_, std::move(build),
+        [plans, tag, target, file] { return plans->get(*tag, target)->size(file); }, false);
   }
   uint64_t listed() const override { return layout()->files(); }
   std::string listed_name(uint64_t k) const override { return layout()->file_name(k); }
@@ -79,6 +84,18 @@ class RankFiles final : public LazyDir {
   ds::TargetLayout target_;
   struct timespec mtime_;
 };
+
+// A target is served whole or not at all: its LayoutTag for each tag, or zm::Error naming why
+// not. The listing, a lookup (through Plans) and a tag indexed after the mount all decide here.
+// `options`: each tag's run options, when already read.
+std::vector<std::shared_ptr<const LayoutTag>> layouts_of(const std::vector<const MountedTag*>& tags,
+                                                         const ds::TargetLayout& target,
+                                                         const std::vector<ds::SourceOptions>* options = nullptr) {
+  std::vector<std::shared_ptr<const LayoutTag>> out;
+  for (size_t k = 0; k < tags.size(); ++k)
+    out.push_back(std::make_shared<const LayoutTag>(*tags[k], target, options ? &options->at(k) : nullptr));
+  return out;
+}
 
 // layouts/: every valid target name resolves; the listing shows the own layout and the presets.
 // A tag indexed after the mount joins every target (add), a deleted one leaves the targets made
@@ -122,10 +139,9 @@ class Targets final : public LazyDir {
   void drop(const MountedTag& tag) const { std::erase(tags_, &tag); }
 
   void add(Tree& tree, uint64_t dir, const MountedTag& tag) const {
-    const ds::SourceOptions options = ds::source_options(*tag.index);
     for (const std::string& name : listed_) {  // a listed name must keep resolving
       try {
-        ds::plan_partitions(*tag.index, *ds::parse_target(name), options);
+        layouts_of({&tag}, *ds::parse_target(name));
       } catch (const Error& e) {
         spdlog::error("layouts: {} not added (it cannot be shown at the listed {}): {}", tag.index->tag, name,
                       e.what());
@@ -162,9 +178,21 @@ class Targets final : public LazyDir {
   std::shared_ptr<const Plans> plans_ = std::make_shared<const Plans>();
 };
 
-std::string readme(const std::string& dir, const std::string& own, const std::vector<std::string>& listed) {
+// What the own layout is: the real files, written anew; or, for a tensor-/pipeline-parallel source,
+// its grid merged to TP = PP = 1, which no real file of it is.
+std::string own_note(const ds::TagIndex& ix) {
+  if (!ix.parallel())
+    return "a self-check: tensor-equal to the real files (same keys, values, dtypes, shapes and storage\n"
+           "sharing), not byte-equal: the pickles and zip records are written anew";
+  return "its TP=" + std::to_string(ix.tp) + " x PP=" + std::to_string(ix.pp) + " x DP=" + std::to_string(ix.dp) +
+         " grid merged to TP=1 and PP=1: the state of its universal tensors laid\n"
+         "out natively for a TP=1 engine, not its own files";
+}
+
+std::string readme(const std::string& dir, const std::string& own, const std::string& note,
+                   const std::vector<std::string>& listed, const std::vector<std::string>& refused) {
   std::ostringstream s;
-  s << "Faked native layouts (zeromount, issue 11; docs/fake-layouts-plan.md)\n\n"
+  s << "Faked native layouts (zeromount; docs/fake-layouts-plan.md)\n\n"
     << "Each " << dir << "/<target>/ is a load_dir that looks as if DeepSpeed had saved this checkpoint\n"
     << "natively at another ZeRO stage, DP size and precision: engine.load_checkpoint() loads it without\n"
     << "load_universal, and zero_to_fp32.py / ds_to_universal.py read it like a real one.\n\n"
@@ -174,11 +202,14 @@ std::string readme(const std::string& dir, const std::string& own, const std::ve
     << "  zero2-dp<W>-<p>[-rr]    ZeRO-2\n"
     << "  zero3-dp<W>-<p>[-sg<N>] ZeRO-3, -sg: sub_group_size N (left out at the default 1000000000)\n"
     << "  bf16opt-dp<W>           BF16_Optimizer (bf16)\n\n"
-    << "This checkpoint's own layout: " << own << "\n"
+    << "This checkpoint's own layout: " << own << "\n(" << note << ")\n"
     << "Listed here (the own layout and the presets of -o layouts=a,b):";
   for (const auto& n : listed) s << " " << n;
-  s << "\nAny other valid name is made when it is first looked up, e.g. " << dir << "/zero3-dp64-bf16.\n"
-    << "Targets the source cannot be presented at are refused (one log line names the reason).\n";
+  s << "\n";
+  for (const auto& r : refused) s << "Not listed: " << r << "\n";
+  s << "Any other valid name is made when it is first looked up, e.g. " << dir << "/zero3-dp64-bf16.\n"
+    << "A target is served whole or not at all: one the source cannot be presented at is 'No such file\n"
+    << "or directory', with one log line that names the reason.\n";
   return s.str();
 }
 
@@ -211,7 +242,7 @@ class LayoutsProvider final : public Provider {
     }
     const MountedTag* own_tag = tags[own_k];
     const std::string own = ds::target_name(ds::source_layout(*own_tag->index, options[own_k]));
-    std::vector<std::string> listed;
+    std::vector<std::string> listed, refused;
     for (const std::string& name : [&] {
            std::vector<std::string> v{own};
            v.insert(v.end(), o.layout_presets.begin(), o.layout_presets.end());
@@ -221,16 +252,17 @@ class LayoutsProvider final : public Provider {
       const auto target = ds::parse_target(name);
       if (!target) throw Error("-o layouts: '" + name + "' is not a layout name (fake-layouts.md §6)", EINVAL);
       try {  // a listed name must resolve: check it now, cheaply (the plans are O(params))
-        for (size_t k = 0; k < tags.size(); ++k) ds::plan_partitions(*tags[k]->index, *target, options[k]);
+        layouts_of(tags, *target, &options);
       } catch (const Error& e) {
         spdlog::error("{}/{}: not listed: {}", o.layouts_dir, name, e.what());
+        refused.push_back(name + ": " + e.what());
         continue;
       }
       listed.push_back(name);
     }
     const uint64_t dir = cx.add_made_dir(o.layouts_dir, kind(), tags);
     if (!dir) return;  // a real SRC/layouts wins (ProviderContext logged it); -o layouts_dir=NAME
-    cx.add_text(dir, "README", readme(o.layouts_dir, own, listed), mtime);
+    cx.add_text(dir, "README", readme(o.layouts_dir, own, own_note(*own_tag->index), listed, refused), mtime);
     // `latest` as the folder's own shows it, and its other real files as they are (spec §1.1).
     const bool has_latest = cx.tree().lookup(cx.dir(), "latest") != nullptr;
     cx.tree().set_lazy(dir, std::make_shared<Targets>(tags, std::move(listed), &cx.folder(), has_latest, mtime));

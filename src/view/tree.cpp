@@ -81,8 +81,9 @@ uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespe
   return add(parent, name, std::move(n), listed);
 }
 
-uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer) {
-  const uint64_t ino = add_file(parent, name, mtime, std::move(build));
+uint64_t Tree::add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer,
+                        bool listed) {
+  const uint64_t ino = add_file(parent, name, mtime, std::move(build), Inode::kUnknown, listed);
   node(ino).sizer = std::move(sizer);
   return ino;
 }

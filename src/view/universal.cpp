@@ -26,10 +26,10 @@ Node* tensor_node(pt::Arena& a, pt::DType dtype, std::vector<int64_t> shape, std
   return a.make_tensor_node(std::move(t));
 }
 
-const Node* step_node(pt::Arena& a, const MountedTag& t, const ds::StepValue& s) {
+const Node* scalar_node(pt::Arena& a, const MountedTag& t, const ds::StepValue& s) {
   switch (s.kind) {
     case ds::StepValue::Tensor:
-      return tensor_node(a, s.dtype, {}, {t.map(s.extent)});
+      return tensor_node(a, s.dtype, s.shape, {t.map(s.extent)});
     case ds::StepValue::Int:
       return a.make_int(s.i);
     case ds::StepValue::Float: {
@@ -195,9 +195,10 @@ pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t
   return pt::build_pt(d, stem(t, t.index->state_names[state].c_str()));
 }
 
-pt::VirtualFile step_file(const MountedTag& t, const ds::StepValue& step) {
+pt::VirtualFile scalar_file(const MountedTag& t, size_t group, size_t k) {
   pt::Arena a;
-  return pt::build_pt(step_node(a, t, step), stem(t, "step"));
+  const ds::TagIndex& ix = *t.index;
+  return pt::build_pt(scalar_node(a, t, ix.scalars.at(group).at(k)), stem(t, ix.scalar_names.at(k).c_str()));
 }
 
 pt::VirtualFile optimizer_state_file(const MountedTag& t) {
@@ -210,10 +211,14 @@ pt::VirtualFile optimizer_state_file(const MountedTag& t) {
     for (const auto& [k, v] : ix.optim_meta->entries) root->entries.emplace_back(k, v);
   if (!root->get("ds_version")) set(root, a, "ds_version", a.make_str(ix.ds_version.empty() ? "0.0.0" : ix.ds_version));
   set(root, a, "param_groups", ix.param_groups);
+  // Per (sub-)group: its per-group values, and 'step' (None when the optimizer keeps none) for the
+  // ZeRO-3 universal loader, which reads state[0]['step']; {} when the source never stepped.
   Node* state = a.make(Kind::Dict);
-  for (size_t s = 0; s < ix.steps.size(); ++s) {
+  for (size_t s = 0; s < ix.scalars.size() && ix.has_state(); ++s) {
     Node* entry = a.make(Kind::Dict);
-    set(entry, a, "step", step_node(a, t, ix.steps[s]));
+    for (size_t k = 0; k < ix.scalar_names.size(); ++k)
+      set(entry, a, ix.scalar_names[k].c_str(), scalar_node(a, t, ix.scalars[s][k]));
+    if (!ix.step(s)) set(entry, a, "step", a.make(Kind::None));
     state->entries.emplace_back(a.make_int(int64_t(s)), entry);
   }
   Node* osd = a.make(Kind::Dict);

@@ -45,10 +45,10 @@ class UniversalProvider final : public Provider {
       for (size_t k = 0; k < ix.state_names.size(); ++k)
         tree.add_file(d, ix.state_names[k] + ".pt", mtime,
                       [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
-      if (p.step >= 0 && ix.steps.at(size_t(p.step)).kind != ds::StepValue::None) {
-        const ds::StepValue* s = &ix.steps[size_t(p.step)];
-        tree.add_file(d, "step.pt", mtime, [t, s] { return step_file(*t, *s); });
-      }
+      const bool scalars = p.step >= 0 && !(ix.parallel() && ix.stage == 3);  // as the converter: §6
+      for (size_t k = 0; scalars && k < ix.scalars.at(size_t(p.step)).size(); ++k)
+        tree.add_file(d, ix.scalar_names[k] + ".pt", mtime,
+                      [t, g = size_t(p.step), k] { return scalar_file(*t, g, k); });
     }
     if (!cx.building()) add_folder(cx, {});  // the first tag latest names may come after the fill
   }

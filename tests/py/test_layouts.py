@@ -93,8 +93,11 @@ def zero3_valid(real_dir, rank, world):
     return valid
 
 
-def check_layout(ours_dir, fixture, target):
-    real_dir = os.path.join(FIXTURES, fixture, "resaved", target, TAG)
+def check_layout(ours_dir, fixture, target, real="resaved"):
+    """real: 'resaved' (DeepSpeed re-saved the state at target) or 'checkpoint' (target is the
+    source's own layout: the fake must be tensor-equal to the source's own files)."""
+    real_dir = os.path.join(FIXTURES, fixture, real, *([target] if real == "resaved" else []),
+                            os.path.basename(ours_dir))
     assert sorted(os.listdir(ours_dir)) == sorted(os.listdir(real_dir))
     precision = target.split("-")[2] if not target.startswith("bf16opt") else "bf16"
     src_precision = "bf16" if "bf16" in fixture else "fp16" if "fp16" in fixture else "fp32"
@@ -117,6 +120,17 @@ def test_fake_equals_resaved(fixture, target):
         assert open(os.path.join(d, "latest")).read() == open(
             os.path.join(FIXTURES, fixture, "checkpoint", "latest")).read()
         check_layout(os.path.join(d, TAG), fixture, target)
+
+
+# (fixture, its own layout): the listed self-check must be tensor-equal to the real files.
+OWN = [("z1_ws2_fp32_pg2_rr", "zero1-dp2-fp32-rr")]
+
+
+@pytest.mark.parametrize("fixture,target", OWN)
+def test_own_layout_equals_the_real_files(fixture, target):
+    with mount(os.path.join(FIXTURES, fixture, "checkpoint")) as mnt:
+        assert target in os.listdir(os.path.join(mnt, "layouts"))
+        check_layout(os.path.join(mnt, "layouts", target, TAG), fixture, target, real="checkpoint")
 
 
 def test_listing_and_invalid_names():

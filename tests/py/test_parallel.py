@@ -204,3 +204,46 @@ def test_autoep_contiguous_expert_order_is_accepted(tmp_path):
         sd["ds_config"]["use_data_before_expert_parallelism"] = True
     out = autoep_copy(tmp_path, edit)  # with dp 2 and ep 2 both orders give ranks [0] and [1]
     assert out.returncode == 0 and "AutoEP experts" in out.stdout, out.stderr
+
+
+# layouts/ of a parallel source: the source merged to TP = PP = 1, served whole or not at all.
+SERVED = {"tp2_dp1_z1", "tp2_dp2_z2", "tp2_dp1_z3", "tp2_dp1_z1_fused"}
+WHY_NOT = {"tp2_dp1_z1_avg": "averaged", "tp2_dp1_z1_swiglu": "vocabulary parameter",
+           "pp2_dp1_z1": "pipeline-parallel", "pp2_tp2_z1_patterns": "pipeline-parallel", "autoep_ep2_z2": "AutoEP",
+           "tp2_dp1_z2_frozen": "frozen parameters and buffers of parallel sources are not indexed"}
+
+
+def test_layouts_are_served_whole_or_refused(mnt):
+    name, m = mnt
+    root = os.path.join(m, "layouts")
+    readme = open(os.path.join(root, "README")).read()
+    own = readme.split("own layout: ")[1].split()[0]
+    assert "merged to TP=1 and PP=1" in readme
+    if name not in SERVED:
+        assert os.listdir(root) == ["README"], "a target that cannot be served whole is not listed"
+        assert not os.path.exists(os.path.join(root, own)), "nor found on lookup"
+        assert f"Not listed: {own}: " in readme and WHY_NOT[name] in readme, readme
+        return
+    for target in (own, "zero1-dp3-fp32", "zero3-dp2-fp32"):
+        tag = os.path.join(root, target, TAG)
+        for f in os.listdir(tag):
+            with open(os.path.join(tag, f), "rb") as fh:  # every file of a served target reads
+                assert fh.read(), f
+
+
+def test_tp1_zero3_fake_keeps_the_step_torch_adamw_needs():
+    """A ZeRO-3 fake of a TP source once dropped 'step': AdamW.load_state_dict then step() raised
+    KeyError: 'step'. Load every rank's optimizer state into torch's own AdamW and step it."""
+    with mount(os.path.join(FIXTURES, "tp2_dp1_z3", "checkpoint")) as m:
+        for target, world in (("zero3-dp1-fp32", 1), ("zero3-dp2-fp32", 2)):
+            for r in range(world):
+                path = os.path.join(m, "layouts", target, TAG, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+                osd = torch.load(path, weights_only=False)["optimizer_state_dict"]
+                flat = [torch.zeros(t.numel(), requires_grad=True) for t in osd["fp32_flat_groups"]]
+                inner = osd["optimizer_state_dict"]
+                opt = torch.optim.AdamW([{"params": [flat[i] for i in g["params"]]} for g in inner["param_groups"]])
+                opt.load_state_dict(inner)
+                assert all(float(s["step"]) == 2.0 for s in opt.state.values()), (target, r)
+                for t in flat:
+                    t.grad = torch.zeros_like(t)
+                opt.step()

@@ -230,6 +230,39 @@ TEST(HostileCheckpoint, UnknownLossScalerClassOrFieldTypeIsRefused) {
   EXPECT_NE(err.find("'optimizer_state_dict.loss_scaler.dtype'"), std::string::npos) << err;
 }
 
+// The message names the list whose count is wrong, and both counts (issue 19: it said "has 1 param
+// groups, ... has 1"). A state of some groups only (neither all nor none) is refused too.
+TEST(HostileCheckpoint, WrongGroupCountsAreNamed) {
+  const char* file = "zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  std::string err = edited_tag_error("z2_ws2_fp32_pg2", file, [](pt::Arena&, Node& root) {
+    mut(at(at(&root, "optimizer_state_dict"), "single_partition_of_fp32_groups"))->items.pop_back();
+  });
+  EXPECT_NE(err.find("'optimizer_state_dict.single_partition_of_fp32_groups': has 1 param groups, param_shapes in "
+                     "the model file has 2"),
+            std::string::npos)
+      << err;
+  err = edited_tag_error("z2_ws2_fp32_pg2", file, [](pt::Arena&, Node& root) {
+    mut(at(at(at(&root, "optimizer_state_dict"), "base_optimizer_state"), "state"))->entries.pop_back();
+  });
+  EXPECT_NE(err.find("'optimizer_state_dict.base_optimizer_state.state': holds the state of 1 param groups, not of "
+                     "all 2"),
+            std::string::npos)
+      << err;
+}
+
+// A per-group value of a kind no optimizer keeps (a string) is named, not dropped.
+TEST(HostileCheckpoint, UnsupportedPerGroupValueIsNamed) {
+  const char* file = "zero_pp_rank_0_mp_rank_00_optim_states.pt";
+  const std::string err = edited_tag_error("z2_ws2_fp32_pg2", file, [](pt::Arena& a, Node& root) {
+    const Node* state = at(at(at(&root, "optimizer_state_dict"), "base_optimizer_state"), "state");
+    for (auto& [k, v] : mut(state->get(int64_t(0)))->entries)
+      if (k->s == "step") v = a.make_str("three");
+  });
+  EXPECT_NE(err.find("'optimizer_state_dict.base_optimizer_state.state[0].step': unsupported per-group"),
+            std::string::npos)
+      << err;
+}
+
 // exp_avg of group 0 on rank 1 saved as bf16 (same bytes, twice the elements) beside fp32 masters.
 TEST(HostileCheckpoint, MixedStateDtypesAreRefused) {
   const char* file = "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt";

@@ -143,8 +143,9 @@ TEST_P(Fixture, ModuleEqualsLiveState) {
 TEST_P(Fixture, StepAndGroups) {
   auto ix = ds::index_tag(dir() + "/checkpoint/global_step3");
   EXPECT_EQ(ix->num_groups, 2);
-  ASSERT_FALSE(ix->steps.empty());
-  EXPECT_EQ(ix->steps[0].kind, ds::StepValue::Tensor);
+  EXPECT_EQ(ix->scalar_names, std::vector<std::string>{"step"});
+  ASSERT_NE(ix->step(0), nullptr);
+  EXPECT_EQ(ix->step(0)->kind, ds::StepValue::Tensor);
   EXPECT_EQ(ix->step_kind, ds::StepValue::Tensor);  // torch AdamW: a 0-d float32 tensor
   ASSERT_NE(ix->param_groups, nullptr);
   EXPECT_EQ(ix->param_groups->items.size(), 2u);

@@ -77,6 +77,29 @@ TEST(PtWriter, SizeIsKnownWithoutReadingData) {
   EXPECT_EQ(data, 4000u);
 }
 
+// pt_size lays out the same records without their content: the size build_pt gives, for any
+// archive name, key order, byteorder record and zip64 case (a 4 GiB + 100 B record, one past it).
+TEST(PtWriter, SizedWithoutBuildingIsTheBuiltSize) {
+  pt::Arena a;
+  Node* d = a.make(Kind::Dict);
+  d->entries.emplace_back(a.make_str("big"),
+                          tensor(a, {(int64_t(1) << 32) + 100}, {{0, 0, (uint64_t(1) << 32) + 100}}, pt::DType::U8));
+  for (int k = 0; k < 11; ++k)
+    d->entries.emplace_back(a.make_str("t" + std::to_string(k)), tensor(a, {k + 1}, {{0, 0, uint64_t(4 * (k + 1))}}));
+  const pt::PtRecords records = pt::pt_records(d);
+  EXPECT_EQ(records.storages.size(), 12u);
+  for (const char* prefix :
+       {"a", "zero_pp_rank_7_mp_rank_00_optim_states", "zero_pp_rank_4095_mp_rank_00_optim_states"})
+    for (bool byteorder : {true, false})
+      for (bool legacy : {false, true}) {
+        pt::PtOptions o;
+        o.prefix = prefix;
+        o.byteorder = byteorder;
+        o.legacy_key_order = legacy;
+        EXPECT_EQ(pt::pt_size(records, o), pt::build_pt(d, o).size()) << prefix << byteorder << legacy;
+      }
+}
+
 TEST(PtWriter, ReadsTouchOnlyOverlappedSegments) {
   class Counting : public pt::ExtentReader {
    public:

@@ -30,11 +30,15 @@ struct Fragment {
   pt::Extent extent;  // its bytes
 };
 
-// A step as the source optimizer stored it: a 0-d tensor (torch Adam), an int or a float.
+// A value of one (sub-)group's optimizer state that is not partitioned with the master weights,
+// as the source optimizer stored it: 'step' (a 0-d tensor for torch Adam, an int for others) or
+// any other such key (an int counter, a shape-[1] tensor). Every file that holds the group gets
+// it whole, as DeepSpeed treats any state tensor whose shape is not the flat partition's.
 struct StepValue {
   enum Kind { None, Tensor, Int, Float } kind = None;
   pt::DType dtype = pt::DType::F32;
-  pt::Extent extent;  // Tensor
+  std::vector<int64_t> shape;  // Tensor: as stored ({} for 0-d)
+  pt::Extent extent;           // Tensor
   int64_t i = 0;
   double f = 0;
 };
@@ -74,7 +78,7 @@ struct Param {
   uint64_t numel = 0;
   int group = 0;        // optimizer param group
   int sub_group = -1;   // stage-3 sub-group; -1 for stage 1/2
-  int step = -1;        // index into TagIndex::steps
+  int step = -1;        // index into TagIndex::scalars: its group (stage 1/2) or sub-group (stage 3)
   uint64_t offset = 0;  // stage 3: where its partition starts in its sub-group's flat tensors
   // Stage 1/2: stored[k] = the pieces of state TagIndex::state_names[k], in rank order, as each
   // rank's param_slice_mappings place them. Stage 3 computes them (TagIndex::fragments).
@@ -135,12 +139,24 @@ struct TagIndex {
   pt::DType master_dtype = pt::DType::F32;      // fp32 partitions and optimizer states
   pt::DType module_dtype = pt::DType::F32;      // training precision: the model-state module weights
   StepValue::Kind step_kind = StepValue::None;  // how the optimizer stores 'step', the same in every group
-  LossScaler loss_scaler;                       // from rank 0's optimizer file
-  std::string optim_prefix;                     // "", "bf16_" or "fp16_"
+  // ZeRO-1/2 saved with elastic_checkpoint: base_optimizer_state is a list of per-group states cut
+  // to each rank's valid elements, without param_groups (DeepSpeed keeps the loading engine's).
+  bool elastic = false;
+  LossScaler loss_scaler;    // from rank 0's optimizer file
+  std::string optim_prefix;  // "", "bf16_" or "fp16_"
   std::string ds_version;
-  std::vector<std::string> state_names;  // "fp32" first, then the optimizer's own keys
+  // "fp32" first, then the optimizer's own keys partitioned like it (exp_avg, exp_avg_sq, ...).
+  std::vector<std::string> state_names;
+  // The optimizer's other per-group keys ('step', ...), in rank 0's order; empty for an optimizer
+  // that never stepped (its state is {}), as state_names is then just "fp32".
+  std::vector<std::string> scalar_names;
   std::vector<Param> params;
-  std::vector<StepValue> steps;  // per group (stage 1/2) or per sub-group (stage 3)
+  // scalars[s][k]: the value of scalar_names[k] in group s (stage 1/2) or sub-group s (stage 3).
+  std::vector<std::vector<StepValue>> scalars;
+  // 'step' of group (or sub-group) s; nullptr when the optimizer keeps none.
+  const StepValue* step(size_t s) const;
+  // Whether the optimizer saved any per-group state ({} before the first step).
+  bool has_state() const { return state_names.size() > 1 || !scalar_names.empty(); }
   int num_groups = 0;
   std::vector<PlainTensor> frozen;  // frozen params as zero_to_fp32 emits them (stage 1 and BF16: none)
   // Stage 1/2 and BF16_Optimizer: every frozen param as the model-state 'module' holds it, in
@@ -149,14 +165,18 @@ struct TagIndex {
   // Stage 1/2 and BF16_Optimizer: module_weights[k] is params[k]'s weight in the model-state
   // file's 'module', in training precision (module_dtype). Empty for stage 3 (placeholders only).
   std::vector<PlainTensor> module_weights;
-  std::vector<PlainTensor> buffers;
+  std::vector<PlainTensor> buffers;  // as rank 0's model-state file holds them
+  // Stage 3 with buffers: rank r's own (rank_buffers[r], in the order of `buffers`). Each rank
+  // updates its buffers itself, so their values differ (a running mean); empty otherwise.
+  std::vector<std::vector<PlainTensor>> rank_buffers;
   std::vector<std::pair<std::string, std::string>> shared;  // alias -> canonical
   std::vector<Shard> shards;
   std::vector<std::string> model_files;  // stage 1/2: mp_rank_00; stage 3: one per dp rank
   // Small optimizer-level values copied from rank 0, for zero/optimizer_state.pt.
   pt::Arena arena;
   const pt::Node* optim_meta = nullptr;  // dict: loss_scaler, dynamic_loss_scale, overflow, clip_grad, zero_stage, ...
-  const pt::Node* param_groups = nullptr;  // list of the source's param groups (with 'params')
+  // The source's param groups (with 'params'); elastic sources saved none: one {'params': [g]} per group.
+  const pt::Node* param_groups = nullptr;
 
   // Stage 3 layout, so that no per-(parameter, rank) record is kept: element 0 of state k of
   // sub-group s in rank r's optimizer file is at byte flat_offsets[(r * sub_groups + s) * states + k]

@@ -47,11 +47,15 @@ TargetLayout source_layout(const TagIndex& index, const SourceOptions& options);
 TargetLayout source_layout(const TagIndex& index);
 
 // ZeRO-1/2 and BF16_Optimizer: one flat partitioned buffer per param group (spec §3.1).
+// With round_robin_gradients DeepSpeed reads the buffer two ways: its optimizer state, masters and
+// param_slice_mappings place each parameter at `offsets` (param order), while the module weights
+// are views at `flat_offsets` (round-robin order). Both are kept: a fake writes what DeepSpeed
+// writes, so each module view shows whatever the masters hold at its offset.
 struct FlatGroup {
   std::vector<uint32_t> params;        // param order (bit16_groups): indices into TagIndex::params
   std::vector<uint64_t> offsets;       // o_k in param order, as _link_all_hp_params accumulates them
   std::vector<uint32_t> flat;          // flat-buffer order (round_robin_bit16_groups): param_shapes[g]
-  std::vector<uint64_t> flat_offsets;  // where each of `flat` really sits in the buffer
+  std::vector<uint64_t> flat_offsets;  // where each module weight of `flat` views the buffer
   uint64_t numel = 0;                  // N
   uint64_t padded = 0;                 // T = ceil(N / 2W') * 2W'
   uint64_t partition = 0;              // P = T / W'
@@ -84,14 +88,13 @@ struct FragmentAddress {
 
 // Rank r's partition of one ZeRO-1/2/BF16_Optimizer param group.
 struct RankPartition {
-  uint64_t partition = 0;                 // P: length of the optimizer state tensors
-  uint64_t valid = 0;                     // L_r = clamp(N - rP, 0, P)
-  uint64_t fp32_numel = 0;                // single_partition_of_fp32_groups[g]: L_r, BF16_Optimizer P
-  uint64_t padding = 0;                   // group_paddings[g]
-  std::vector<FragmentAddress> mappings;  // param_slice_mappings[g], in param order
-  // What the partition's elements are, in flat order. Equal to `mappings` except with
-  // round_robin_gradients, where DeepSpeed's mappings disagree with its own buffer (spec §3.1).
-  std::vector<FragmentAddress> contents;
+  uint64_t partition = 0;   // P: length of the optimizer state tensors
+  uint64_t valid = 0;       // L_r = clamp(N - rP, 0, P)
+  uint64_t fp32_numel = 0;  // single_partition_of_fp32_groups[g]: L_r, BF16_Optimizer P
+  uint64_t padding = 0;     // group_paddings[g]
+  // param_slice_mappings[g], in param order; also what the partition's elements are, with or
+  // without round robin (z1_ws2_fp32_pg2_rr: DeepSpeed's flat partitions follow its mappings).
+  std::vector<FragmentAddress> mappings;
 };
 RankPartition rank_slice(const PartitionPlan& plan, const TagIndex& index, uint32_t rank, size_t group);
 

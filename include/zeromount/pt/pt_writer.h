@@ -2,7 +2,9 @@
 // Lays out a .pt file exactly as torch.save does (stored zip, 64-byte aligned records, data
 // descriptors, zip64 end records) from a value tree whose tensors carry source extents.
 // Every header byte and the total size depend only on names and sizes, never on tensor bytes.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "zeromount/pt/value.h"
 #include "zeromount/pt/virtual_file.h"
@@ -19,6 +21,17 @@ struct PtOptions {
 };
 
 VirtualFile build_pt(const Node* root, const PtOptions& opts = {});
+
+// What a .pt file's layout depends on: its pickle's length and its storage records' sizes, in
+// key order. Files whose pickles are the same have the same records under any archive name.
+struct PtRecords {
+  uint64_t pickle = 0;
+  std::vector<uint64_t> storages;
+  bool operator==(const PtRecords&) const = default;
+};
+PtRecords pt_records(const Node* root);  // emits the pickle once to measure it
+// The size build_pt(root, opts) has for a root of these records, without building it.
+uint64_t pt_size(const PtRecords& records, const PtOptions& opts);
 
 // Appends one piece of a tensor's data (value.h): file bytes, zero fill or computed bytes.
 void append_piece(VirtualFile& vf, const Tensor& t, const Extent& e);

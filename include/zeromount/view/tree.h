@@ -122,7 +122,8 @@ class Tree {
   uint64_t add_dir(uint64_t parent, const std::string& name, struct timespec mtime, bool listed = true);
   uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build,
                     uint64_t size = Inode::kUnknown, bool listed = true);
-  uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer);
+  uint64_t add_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build, Sizer sizer,
+                    bool listed = true);
   uint64_t add_link(uint64_t parent, const std::string& name, struct timespec mtime, std::string target);
   // A real folder of SRC at `path`, whose entries are made when it is first used (View::fill).
   uint64_t add_real_dir(uint64_t parent, const std::string& name, struct timespec mtime, std::string path, bool plain);

@@ -18,8 +18,9 @@ pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t
 void append_param_bytes(pt::VirtualFile& f, const MountedTag& t, const ds::Param& p, size_t state);
 // Parallel: the merged storage of `p`'s state into `out` (data extents or a computed source).
 void merged_bytes(const MountedTag& t, const ds::Param& p, size_t state, pt::Tensor& out);
-// zero/<param>/step.pt: the step as the source optimizer stored it.
-pt::VirtualFile step_file(const MountedTag& t, const ds::StepValue& step);
+// zero/<param>/<key>.pt for each per-group key (step.pt, ...): group `group`'s value of
+// TagIndex::scalar_names[k], as the source optimizer stored it.
+pt::VirtualFile scalar_file(const MountedTag& t, size_t group, size_t k);
 // mp_rank_XX_model_states.pt of an AutoEP source (`path`, one of TagIndex::mp_files), as
 // ds_to_universal.py re-saves it: the source pickle with universal_checkpoint_info's
 // expert_parameter_patterns and ds_autoep_layers replaced (spec tensor-pipeline-expert.md §8).
