@@ -87,7 +87,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> raw_opts;
   app.add_option("source", m.source, "checkpoint folder (holds 'latest' and tag folders, or is a tag)");
   app.add_option("mountpoint", m.mountpoint, "where to mount the view");
-  app.add_option("-o", raw_opts, "mount options (comma separated): allow_other, default_permissions, ...")
+  app.add_option("-o", raw_opts,
+                 "mount options (comma separated): zeromount's layouts=a,b layouts_dir=NAME rescan=S "
+                 "max_shard_size=SIZE (weights folders' shards, default 5GB) crc; libfuse's allow_other, ...")
       ->allow_extra_args(false);
   app.add_flag("-f,--foreground", m.foreground, "stay in the foreground");
   app.add_flag("-d,--debug", m.debug, "libfuse debug output (implies -f)");

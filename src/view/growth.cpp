@@ -59,6 +59,12 @@ bool View::Folder::is_tag(const std::string& name) const {
   return known.count(name) > 0;
 }
 
+void View::Folder::refuse_entry(const std::string& entry, const std::string& reason) const {
+  constexpr size_t kMax = 256;  // anyone may look up any number of refused names
+  std::lock_guard<std::mutex> lock(mu);
+  if (refused_entries.size() < kMax) refused_entries.emplace(entry, reason);
+}
+
 bool View::Folder::is_served(const std::string& tag) const {
   std::lock_guard<std::mutex> lock(mu);
   return served.count(tag) > 0;
@@ -195,6 +201,8 @@ std::string View::errors_text(const Caller& who) const {
       std::lock_guard<std::mutex> lock(f->mu);
       for (const auto& e : f->errors) lines.emplace_back(e.tag, f->inside(e.tag) + ": " + inside(e.reason) + "\n");
       if (!f->latest_note.empty()) lines.emplace_back("latest", f->inside("latest") + ": " + f->latest_note + "\n");
+      for (const auto& [entry, reason] : f->refused_entries)  // seen by those who may read its folder
+        lines.emplace_back(entry.substr(0, entry.find('/')), f->inside(entry) + ": " + inside(reason) + "\n");
     }
     for (const auto& [entry, line] : lines)
       if (may_list(who, f->node, entry)) text += line;

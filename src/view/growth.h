@@ -45,6 +45,9 @@ struct View::Folder final : CheckpointFolder {
   std::string shown_latest;              // what `latest` shows
   std::optional<std::string> shown_tag;  // the tag it names, once that tag is served
   std::string latest_note;               // why `latest` does not show the source's text, if it does not
+  // Made-up entries not served, and why (refuse_entry): written by providers through a const
+  // CheckpointFolder, so mutable, under mu like the rest.
+  mutable std::map<std::string, std::string> refused_entries;
 
   uint64_t ino() const override { return node; }
   const std::string& path() const override { return real; }
@@ -52,6 +55,7 @@ struct View::Folder final : CheckpointFolder {
   std::optional<std::string> latest_tag() const override;
   bool is_tag(const std::string& name) const override;
   bool is_served(const std::string& tag) const;
+  void refuse_entry(const std::string& entry, const std::string& reason) const override;
   // The tag's path inside the mount, as errors name it.
   std::string inside(const std::string& tag) const { return rel.empty() ? tag : rel + "/" + tag; }
   // Why `tag` is not served (an earlier reason for it replaced), and the folder listing that

@@ -117,6 +117,7 @@ class Targets final : public LazyDir {
     } catch (const Error& e) {
       if (refused_.size() >= 1024) refused_.clear();  // bounded: anyone may look up any valid name
       if (refused_.insert(std::string(name)).second) spdlog::error("layouts/{}: {}", name, e.what());
+      folder_->refuse_entry(tree.get(dir)->name + "/" + std::string(name), e.what());
       return 0;
     }
     const uint64_t d = tree.add_dir(dir, std::string(name), mtime_, false);
@@ -255,6 +256,7 @@ class LayoutsProvider final : public Provider {
         layouts_of(tags, *target, &options);
       } catch (const Error& e) {
         spdlog::error("{}/{}: not listed: {}", o.layouts_dir, name, e.what());
+        cx.folder().refuse_entry(o.layouts_dir + "/" + name, e.what());
         refused.push_back(name + ": " + e.what());
         continue;
       }

@@ -61,6 +61,9 @@ class CheckpointFolder {
   virtual std::optional<std::string> latest_tag() const = 0;
   // Whether `name` is one of its tag folders (served or not): a faked layout shows its own instead.
   virtual bool is_tag(const std::string& name) const = 0;
+  // A made-up entry that is not served, and why (a refused layouts/ target): a line of
+  // .zeromount/errors, `entry` being its path inside the folder. Bounded; the first reason stays.
+  virtual void refuse_entry(const std::string& entry, const std::string& reason) const = 0;
 };
 
 // Another name, in `parent`, for each real entry of `folder` that `keep` accepts (real entries
