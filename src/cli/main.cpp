@@ -11,8 +11,8 @@
 #include "commands.h"
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/view/files/weights.h"
 #include "zeromount/view/provider.h"
-#include "zeromount/view/weights.h"
 
 namespace {
 

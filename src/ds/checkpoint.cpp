@@ -10,7 +10,6 @@
 
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/shard_set.h"
-#include "zeromount/ds/tp_param.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/file.h"
 
@@ -202,85 +201,6 @@ std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict) 
   index->model_files = files.model;
   index->step_kind = common_step_kind(*index);
   return index;
-}
-
-uint64_t TagIndex::state_bytes() const {
-  uint64_t n = 0;
-  for (const auto& p : params) n += p.numel * pt::element_size(master_dtype) * state_names.size();
-  return n;
-}
-
-std::vector<Fragment> TagIndex::fragments(const Param& p, size_t state) const {
-  if (parallel()) {
-    auto merged = merged_extents(*this, p, state);
-    if (!merged)
-      throw Error(p.name + ": an averaged tensor-parallel parameter has no stored bytes (read it from _universal)",
-                  EIO);
-    std::vector<Fragment> out;
-    const uint64_t es = pt::element_size(master_dtype);
-    uint64_t at = 0, left = p.numel * es;  // a vocabulary cut is a prefix of the merge
-    for (pt::Extent e : *merged) {
-      if (left == 0) break;
-      e.length = std::min(e.length, left);
-      left -= e.length;
-      out.push_back({0, at / es, e.length / es, e});
-      at += e.length;
-    }
-    return out;
-  }
-  if (stage != 3) return p.stored.at(state);
-  return zero3_fragments(p, state, 0, p.numel);
-}
-
-std::vector<Fragment> TagIndex::zero3_fragments(const Param& p, size_t state, uint64_t from, uint64_t count) const {
-  std::vector<Fragment> out;
-  if (p.numel == 0 || count == 0 || from >= p.numel) return out;
-  const uint64_t W = uint64_t(dp), part = zero3_partition(p.numel, W), es = pt::element_size(master_dtype);
-  const size_t S = sub_groups, K = state_names.size();
-  // Ranks [r0, r1) hold elements [from, from + count); every rank before the last full one holds
-  // `part` elements. One bounds check for the whole loop instead of two per rank: with 512 ranks
-  // and a target that asks for every parameter of every rank file, this loop is the hot path of a
-  // layout listing (bench/README.md, issue 14).
-  const uint64_t end = std::min(p.numel, from + count);
-  const uint64_t r0 = from / part, r1 = std::min(W, (end + part - 1) / part);
-  if (r1 > optim_shard.size() || p.sub_group < 0 || state >= K ||
-      (r1 ? ((r1 - 1) * S + size_t(p.sub_group)) * K + state >= flat_offsets.size() : false))
-    throw Error(p.name + ": the stage-3 layout does not cover its ranks", EIO);
-  out.reserve(size_t(r1 - r0));
-  const uint64_t* offs = flat_offsets.data();
-  for (uint64_t r = r0; r < r1; ++r) {
-    const uint64_t valid = valid_on_rank(p.numel, part, r);
-    if (valid == 0) break;
-    const uint64_t base = offs[(r * S + size_t(p.sub_group)) * K + state];
-    out.push_back({uint32_t(r), part * r, valid, pt::Extent{optim_shard[r], base + p.offset * es, valid * es}});
-  }
-  return out;
-}
-
-std::vector<Fragment> TagIndex::fragments(const Param& p, size_t state, uint64_t from, uint64_t count) const {
-  if (!parallel() && stage == 3) return zero3_fragments(p, state, from, count);
-  std::vector<Fragment> all = parallel() ? fragments(p, state) : std::vector<Fragment>{};
-  const std::vector<Fragment>& src = parallel() ? all : p.stored.at(state);
-  // Pieces are in flat order: the first one that ends after `from`, up to the first one that
-  // starts at or after from + count.
-  const uint64_t end = from + count;
-  auto it = std::partition_point(src.begin(), src.end(), [&](const Fragment& f) { return f.start + f.numel <= from; });
-  std::vector<Fragment> out;
-  for (; it != src.end() && it->start < end; ++it)
-    if (it->numel) out.push_back(*it);
-  return out;
-}
-
-const StepValue* TagIndex::step(size_t s) const {
-  const auto it = std::find(scalar_names.begin(), scalar_names.end(), "step");
-  if (it == scalar_names.end() || s >= scalars.size()) return nullptr;
-  return &scalars[s].at(size_t(it - scalar_names.begin()));
-}
-
-const Param* TagIndex::find(const std::string& name) const {
-  for (const auto& p : params)
-    if (p.name == name) return &p;
-  return nullptr;
 }
 
 }  // namespace zm::ds

@@ -1,5 +1,7 @@
 // Reading what a checkpoint says about precision: the loss scaler object, and the one check that
 // every tensor of a group has the group's dtype.
+#include "zeromount/ds/precision.h"
+
 #include <algorithm>
 #include <iterator>
 

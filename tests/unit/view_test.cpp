@@ -13,7 +13,7 @@
 #include "helpers.h"
 #include "view_helpers.h"
 #include "zeromount/ds/field.h"
-#include "zeromount/view/param_names.h"
+#include "zeromount/view/files/param_names.h"
 #include "zeromount/view/view.h"
 
 namespace zm::test {

@@ -21,6 +21,7 @@
 #include "zeromount/view/open_file.h"
 #include "zeromount/view/provider.h"
 #include "zeromount/view/tree.h"
+#include "zeromount/view/view_options.h"
 
 namespace zm::view {
 
@@ -30,25 +31,6 @@ inline constexpr uint32_t kRequestBytes = 1u << 20;
 // How many entries made on demand (layouts/ targets and their rank files) the kernel may keep
 // before the oldest are invalidated: about 1 KiB each with what they hold (bench/names.py).
 inline constexpr size_t kMadeKept = 4096;
-
-struct ViewOptions {
-  bool bare_zero3_tensors = false;          // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
-  size_t cache_bytes = 16u << 20;           // built headers kept in memory; tensor bytes are never cached
-  std::vector<std::string> layout_presets;  // -o layouts=a,b: targets listed in layouts/ (spec §6)
-  std::string layouts_dir = "layouts";      // -o layouts_dir=NAME: where the faked layouts live
-  std::vector<std::string> tags;            // --tag: serve only these (each must index); empty: every tag
-  bool tp_strict = true;  // refuse unused universal_checkpoint_info patterns (ds_to_universal --no_strict: false)
-  // -o rescan=S: at most this often, a lookup or listing that may concern a new tag rescans the
-  // source for tags saved after the mount; 0 serves the mount-time tags only.
-  double rescan_seconds = 1.0;
-  bool crc = false;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)
-  // -o max_shard_size: consolidated weights are split into shards of at most this many bytes, as
-  // zero_to_fp32.py --max_shard_size (huggingface_hub's rule: decimal units, 5GB by default).
-  uint64_t max_shard_bytes = 5'000'000'000;
-  // Where the view is mounted (absolute, as given to the kernel): never listed or looked into,
-  // since a request of the daemon to its own mount can wait on itself forever.
-  std::string mount_point;
-};
 
 struct MountStats {
   size_t refused_tags = 0;

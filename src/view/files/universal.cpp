@@ -1,4 +1,4 @@
-#include "zeromount/view/universal.h"
+#include "zeromount/view/files/universal.h"
 
 #include "zeromount/ds/tp_param.h"
 #include "zeromount/pt/error.h"

@@ -1,4 +1,4 @@
-#include "zeromount/view/param_names.h"
+#include "zeromount/view/files/param_names.h"
 
 #include <xxhash.h>
 

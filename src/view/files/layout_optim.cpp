@@ -2,9 +2,9 @@
 // every key, in order, and where each value comes from).
 #include <functional>
 
-#include "layout_files.h"
 #include "layout_values.h"
 #include "zeromount/pt/pt_writer.h"
+#include "zeromount/view/files/layout_files.h"
 
 namespace zm::view {
 

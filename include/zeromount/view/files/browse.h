@@ -5,7 +5,7 @@
 #include <string>
 
 #include "zeromount/pt/virtual_file.h"
-#include "zeromount/view/universal.h"
+#include "zeromount/view/files/universal.h"
 
 namespace zm::view {
 

@@ -12,10 +12,10 @@
 #include <set>
 #include <sstream>
 
-#include "layout_files.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/view/files/layout_files.h"
 #include "zeromount/view/provider.h"
-#include "zeromount/view/view.h"
+#include "zeromount/view/view_options.h"
 
 namespace zm::view {
 

@@ -3,10 +3,10 @@
 #include <filesystem>
 
 #include "zeromount/ds/shard_names.h"
-#include "zeromount/view/param_names.h"
+#include "zeromount/view/files/param_names.h"
+#include "zeromount/view/files/universal.h"
 #include "zeromount/view/provider.h"
-#include "zeromount/view/universal.h"
-#include "zeromount/view/view.h"
+#include "zeromount/view/view_options.h"
 
 namespace zm::view {
 

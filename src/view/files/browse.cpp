@@ -1,4 +1,4 @@
-#include "zeromount/view/browse.h"
+#include "zeromount/view/files/browse.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
-#include "zeromount/view/universal.h"
+#include "zeromount/view/files/universal.h"
 
 namespace zm::view {
 

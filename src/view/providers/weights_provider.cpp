@@ -6,9 +6,9 @@
 // folder's config.json, generation_config.json and tokenizer files, where it has them.
 #include <memory>
 
+#include "zeromount/view/files/weights.h"
 #include "zeromount/view/provider.h"
-#include "zeromount/view/view.h"
-#include "zeromount/view/weights.h"
+#include "zeromount/view/view_options.h"
 
 namespace zm::view {
 

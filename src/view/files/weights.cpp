@@ -1,4 +1,4 @@
-#include "zeromount/view/weights.h"
+#include "zeromount/view/files/weights.h"
 
 #include <algorithm>
 #include <climits>
@@ -8,7 +8,7 @@
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
-#include "zeromount/view/universal.h"
+#include "zeromount/view/files/universal.h"
 
 namespace zm::view {
 

@@ -1,6 +1,6 @@
 // <T>_params/: README, summary, and per parameter its info and one .npy per optimizer state.
-#include "zeromount/view/browse.h"
-#include "zeromount/view/param_names.h"
+#include "zeromount/view/files/browse.h"
+#include "zeromount/view/files/param_names.h"
 #include "zeromount/view/provider.h"
 
 namespace zm::view {

@@ -1,6 +1,6 @@
 // A faked layout of one tag: its plan, its file names and its model-state files, rank by rank
 // (docs/fake-layouts-plan.md §3 lists every key, in order, and where each value comes from).
-#include "layout_files.h"
+#include "zeromount/view/files/layout_files.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -8,7 +8,7 @@
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_file.h"
 #include "zeromount/pt/pt_writer.h"
-#include "zeromount/view/universal.h"
+#include "zeromount/view/files/universal.h"
 
 namespace zm::view {
 

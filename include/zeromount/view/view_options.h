@@ -1,0 +1,30 @@
+#pragma once
+// What a mount is asked for (the CLI's -o options and flags), in one place that providers read
+// without knowing the View.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zm::view {
+
+struct ViewOptions {
+  bool bare_zero3_tensors = false;          // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
+  size_t cache_bytes = 16u << 20;           // built headers kept in memory; tensor bytes are never cached
+  std::vector<std::string> layout_presets;  // -o layouts=a,b: targets listed in layouts/ (spec §6)
+  std::string layouts_dir = "layouts";      // -o layouts_dir=NAME: where the faked layouts live
+  std::vector<std::string> tags;            // --tag: serve only these (each must index); empty: every tag
+  bool tp_strict = true;  // refuse unused universal_checkpoint_info patterns (ds_to_universal --no_strict: false)
+  // -o rescan=S: at most this often, a lookup or listing that may concern a new tag rescans the
+  // source for tags saved after the mount; 0 serves the mount-time tags only.
+  double rescan_seconds = 1.0;
+  bool crc = false;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)
+  // -o max_shard_size: consolidated weights are split into shards of at most this many bytes, as
+  // zero_to_fp32.py --max_shard_size (huggingface_hub's rule: decimal units, 5GB by default).
+  uint64_t max_shard_bytes = 5'000'000'000;
+  // Where the view is mounted (absolute, as given to the kernel): never listed or looked into,
+  // since a request of the daemon to its own mount can wait on itself forever.
+  std::string mount_point;
+};
+
+}  // namespace zm::view
