@@ -1,6 +1,6 @@
 #pragma once
 // The FUSE adapter: libfuse's low-level callbacks over a View. This header does not include
-// libfuse; only src/fuse/fuse_adapter.cpp does.
+// libfuse; only src/fuse/adapter.cpp does.
 #include <functional>
 #include <string>
 #include <vector>
