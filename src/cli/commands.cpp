@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -68,6 +69,41 @@ int inspect(const std::string& ckpt, const std::string& tag, bool json, const st
     std::cout << (json ? layout_json(*index, *target) : layout_table(*index, *target));
   else
     std::cout << (json ? ds::inspect_json(*index) : ds::inspect_text(*index));
+  return 0;
+}
+
+int inspect_html(const std::string& ckpt, const std::string& tag, const std::string& out) {
+  view::ViewOptions vo;
+  vo.rescan_seconds = 0;  // the tags there are now
+  const auto v = view::View::load(ckpt, vo);
+  const std::string page = tag.empty() ? "report.html" : tag + "_params/report.html";
+  const view::Inode* n = v->inode(view::Tree::kRoot).dir ? &v->inode(view::Tree::kRoot) : nullptr;
+  for (size_t at = 0; n && at <= page.size();) {
+    const size_t end = std::min(page.find('/', at), page.size());
+    n = v->lookup(n->ino, page.substr(at, end - at));
+    at = end + 1;
+  }
+  if (!n || n->dir)
+    throw Error(ckpt + ": no " + page +
+                    (tag.empty() ? " (it holds no tag folder, and no checkpoint folder one level below)"
+                                 : " (no such tag; a tag in a folder below is named by its path, e.g. "
+                                   "checkpoint-2/global_step2)"),
+                ENOENT);
+  const view::OpenFile file = v->open(*n, O_RDONLY);
+  std::string html(file.size(), '\0');
+  for (uint64_t at = 0; at < html.size();) at += file.read(at, html.data() + at, html.size() - at);
+  const std::string tmp = out + ".zeromount-tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(html.data(), std::streamsize(html.size()));
+    if (!f.flush()) throw Error(tmp + ": cannot write", EIO);
+  }
+  if (::rename(tmp.c_str(), out.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw Error(out + ": " + strerror(e), e);
+  }
+  std::cout << "wrote " << out << " (" << pt::human_bytes(html.size()) << "), the page " << page << " of a mount\n";
   return 0;
 }
 
@@ -169,6 +205,7 @@ int mount(const MountOptions& o) {
   vo.tags = o.tags;
   vo.rescan_seconds = o.rescan_seconds;
   vo.crc = o.crc;
+  vo.report = o.report;
   vo.max_shard_bytes = o.max_shard_bytes;
   vo.mount_point = mountpoint;
   auto view = view::View::load(o.source, vo);

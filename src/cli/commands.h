@@ -21,6 +21,10 @@ ds::TargetLayout layout_named(const std::string& option, const std::string& name
 
 // With `layout`: the partition table of that target (layout_table.cpp) instead of the index summary.
 int inspect(const std::string& ckpt, const std::string& tag, bool json, const std::string& layout = {});
+// inspect --html OUT: the report page a mount of `ckpt` shows, written to `out`: tag `tag`'s
+// (<T>_params/report.html; "checkpoint-2/global_step2" for a tag in a folder below), or without
+// `tag` the page across the tags of `ckpt` (report.html: its own, or its checkpoint folders').
+int inspect_html(const std::string& ckpt, const std::string& tag, const std::string& out);
 std::string layout_table(const ds::TagIndex& index, const ds::TargetLayout& target);
 std::string layout_json(const ds::TagIndex& index, const ds::TargetLayout& target);  // docs/inspect-json.md
 int dump(const std::string& file, bool json);
@@ -46,6 +50,7 @@ struct MountOptions {
   double rescan_seconds = 1.0;                          // -o rescan=S: new tags at most this often; 0: never
   bool crc = false;                                     // -o crc: real CRC-32s in made-up .pt files
   uint64_t max_shard_bytes = 5'000'000'000;             // -o max_shard_size: consolidated weights' shards
+  bool report = true;                                   // -o report=off: no report pages
 };
 int mount(const MountOptions& opts);
 

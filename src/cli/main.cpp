@@ -27,9 +27,9 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
   return out;
 }
 
-// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N and crc are zeromount's, not libfuse's. The comma
-// that splits -o values also splits the preset list, so the items after layouts= that are layout
-// names (which no libfuse option is) belong to it.
+// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N, report=off and crc are zeromount's, not libfuse's. The
+// comma that splits -o values also splits the preset list, so the items after layouts= that are layout names (which no
+// libfuse option is) belong to it.
 std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
   using zm::cli::UsageError;
   std::vector<std::string> rest;
@@ -40,6 +40,10 @@ std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm:
     } else if (o == "crc") {
       in_list = false;
       m.crc = true;
+    } else if (o.starts_with("report=")) {
+      in_list = false;
+      if (o != "report=on" && o != "report=off") throw UsageError("-o report: '" + o.substr(7) + "' is not on or off");
+      m.report = o == "report=on";
     } else if (o.starts_with("rescan=")) {
       in_list = false;
       char* end = nullptr;
@@ -87,9 +91,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> raw_opts;
   app.add_option("source", m.source, "checkpoint folder (holds 'latest' and tag folders, or is a tag)");
   app.add_option("mountpoint", m.mountpoint, "where to mount the view");
-  app.add_option("-o", raw_opts,
-                 "mount options (comma separated): zeromount's layouts=a,b layouts_dir=NAME rescan=S "
-                 "max_shard_size=SIZE (weights folders' shards, default 5GB) crc; libfuse's allow_other, ...")
+  app.add_option(
+         "-o", raw_opts,
+         "mount options (comma separated): zeromount's layouts=a,b layouts_dir=NAME rescan=S "
+         "max_shard_size=SIZE (weights folders' shards, default 5GB) crc report=off (no report pages); libfuse's "
+         "allow_other, ...")
       ->allow_extra_args(false);
   app.add_flag("-f,--foreground", m.foreground, "stay in the foreground");
   app.add_flag("-d,--debug", m.debug, "libfuse debug output (implies -f)");
@@ -117,6 +123,10 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", json, "stable JSON for scripts (docs/inspect-json.md)");
   std::string layout;
   inspect->add_option("--layout", layout, "print the partition table of a faked layout, e.g. zero3-dp64-bf16");
+  std::string html_out;
+  inspect->add_option("--html", html_out,
+                      "write the report page a mount shows: with --tag T, T's (T_params/report.html), else the page "
+                      "across the folder's tags (report.html)");
   auto* dump = app.add_subcommand("dump", "print the structure of one .pt file");
   dump->add_option("file", file, ".pt file")->required();
   dump->add_flag("--json", json, "JSON manifest with tensor metadata and CRCs");
@@ -139,6 +149,9 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
+    if (*inspect && !html_out.empty() && (json || !layout.empty()))
+      throw zm::cli::UsageError("inspect: --html writes a page; --json and --layout print the index instead");
+    if (*inspect && !html_out.empty()) return zm::cli::inspect_html(ckpt, tag, html_out);
     if (*inspect) return zm::cli::inspect(ckpt, tag, json, layout);
     if (*dump) return zm::cli::dump(file, json);
     if (*exp && !layout.empty() && exp->count("--view"))

@@ -81,6 +81,15 @@ bool tag_order(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
+bool holds_tag_folder(const std::string& dir, const std::string& skip) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (it->path() != skip && it->is_directory(e2) && holds_optim_states(it->path())) return true;
+  }
+  return false;
+}
+
 std::optional<std::string> read_latest(const std::string& root) {
   const std::string path = root + "/latest";
   struct stat st {};

@@ -58,27 +58,6 @@ std::string rule_text(const Param& p) {
   return p.vocab ? s + ", vocabulary" : s;
 }
 
-std::string stage_text(const TagIndex& ix) {
-  if (ix.bf16_optimizer) return "BF16_Optimizer (ZeRO-1 layout)";
-  std::string s = "ZeRO-" + std::to_string(ix.stage);
-  if (ix.stage == 3) s += " (" + std::to_string(ix.scalars.size()) + " sub-groups)";
-  return s;
-}
-
-// "DynamicLossScaler (cur_scale 256, ...)": every field, since a resume depends on all of them.
-std::string loss_scaler_text(const LossScaler& ls) {
-  if (ls.kind == LossScaler::None) return "none (BF16_Optimizer saves none)";
-  std::string s = std::string(loss_scaler_class_name(ls.kind)) + " (cur_scale " + pt::format_double(ls.cur_scale);
-  if (ls.kind == LossScaler::Dynamic)
-    s += ", cur_iter " + std::to_string(ls.cur_iter) + ", last_overflow_iter " + std::to_string(ls.last_overflow_iter) +
-         ", scale_factor " + pt::format_double(ls.scale_factor) + ", scale_window " + std::to_string(ls.scale_window) +
-         ", min_scale " + pt::format_double(ls.min_scale) + ", delayed_shift " + std::to_string(ls.delayed_shift) +
-         ", cur_hysteresis " + std::to_string(ls.cur_hysteresis) + ", consecutive_hysteresis " +
-         (ls.consecutive_hysteresis ? "true" : "false") + ", raise_error_at_min_scale " +
-         (ls.raise_error_at_min_scale ? "true" : "false") + ", dtype " + std::string(pt::dtype_name(ls.dtype));
-  return s + ")";
-}
-
 std::string loss_scaler_json(const LossScaler& ls) {
   if (ls.kind == LossScaler::None) return "null";
   std::string s = "{\"class\":\"" + std::string(loss_scaler_class_name(ls.kind)) +
@@ -112,6 +91,26 @@ const char* step_kind_name(StepValue::Kind k) {
 }
 
 }  // namespace
+
+std::string stage_text(const TagIndex& ix) {
+  if (ix.bf16_optimizer) return "BF16_Optimizer (ZeRO-1 layout)";
+  std::string s = "ZeRO-" + std::to_string(ix.stage);
+  if (ix.stage == 3) s += " (" + std::to_string(ix.scalars.size()) + " sub-groups)";
+  return s;
+}
+
+std::string loss_scaler_text(const LossScaler& ls) {
+  if (ls.kind == LossScaler::None) return "none (BF16_Optimizer saves none)";
+  std::string s = std::string(loss_scaler_class_name(ls.kind)) + " (cur_scale " + pt::format_double(ls.cur_scale);
+  if (ls.kind == LossScaler::Dynamic)
+    s += ", cur_iter " + std::to_string(ls.cur_iter) + ", last_overflow_iter " + std::to_string(ls.last_overflow_iter) +
+         ", scale_factor " + pt::format_double(ls.scale_factor) + ", scale_window " + std::to_string(ls.scale_window) +
+         ", min_scale " + pt::format_double(ls.min_scale) + ", delayed_shift " + std::to_string(ls.delayed_shift) +
+         ", cur_hysteresis " + std::to_string(ls.cur_hysteresis) + ", consecutive_hysteresis " +
+         (ls.consecutive_hysteresis ? "true" : "false") + ", raise_error_at_min_scale " +
+         (ls.raise_error_at_min_scale ? "true" : "false") + ", dtype " + std::string(pt::dtype_name(ls.dtype));
+  return s + ")";
+}
 
 std::string inspect_text(const TagIndex& ix) {
   uint64_t numel = 0;

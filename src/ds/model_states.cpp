@@ -1,10 +1,14 @@
 #include "model_states.h"
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
 
 #include "zeromount/ds/shard_names.h"
 
+#include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/pt_file.h"
 
 namespace zm::ds {
 
@@ -172,6 +176,26 @@ void read_module(TagIndex& index, const OpenShard& model, bool full_weights, con
   if (!full_weights) return;
   for (const auto& [name, t] : module->items())
     if (!is_listed(index, name)) index.module_frozen.push_back(whole_tensor(t, model.id, name, "frozen parameter"));
+}
+
+std::vector<size_t> module_order(const TagIndex& index) {
+  std::unordered_map<std::string_view, size_t> at;
+  for (size_t k = 0; k < index.params.size(); ++k) at.emplace(index.params[k].name, k);
+  std::vector<size_t> order;
+  std::vector<bool> placed(index.params.size());
+  if (!index.model_files.empty()) {
+    const auto model = pt::load_pt(index.model_files.front());
+    if (const pt::Node* module = model->root ? model->root->get("module") : nullptr)
+      for (const auto& [key, value] : module->entries)
+        if (auto it = key && key->is(pt::Kind::Str) ? at.find(key->s) : at.end();
+            it != at.end() && !placed[it->second]) {
+          placed[it->second] = true;
+          order.push_back(it->second);
+        }
+  }
+  for (size_t k = 0; k < index.params.size(); ++k)
+    if (!placed[k]) order.push_back(k);
+  return order;
 }
 
 }  // namespace zm::ds

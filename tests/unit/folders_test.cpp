@@ -61,9 +61,10 @@ TEST(Folders, NestedCheckpointFoldersGetTheMadeUpEntriesOfSRC) {
   EXPECT_EQ(names(*v, ck + "/global_step2").size(), 3u);
   EXPECT_EQ(content_of(*v, at(*v, ck + "/trainer_state.json")),
             test::read_file(kRun + "/checkpoint-2/trainer_state.json"));
-  // Folders that hold no tags get nothing made up.
+  // Folders that hold no tags get nothing made up, but a run folder (checkpoint folders below) its
+  // report across them.
   EXPECT_EQ(names(*v, "/team"), std::vector<std::string>{"run1"});
-  EXPECT_EQ(names(*v, "/team/run1"), (std::vector<std::string>{"checkpoint-2", "checkpoint-4"}));
+  EXPECT_EQ(names(*v, "/team/run1"), (std::vector<std::string>{"checkpoint-2", "checkpoint-4", "report.html"}));
   EXPECT_EQ(find(*v, "/layouts"), nullptr);
   EXPECT_EQ(find(*v, "/team/run1/layouts"), nullptr);
   EXPECT_NE(find(*v, "/.zeromount/stats"), nullptr) << "one status folder, at the root";
@@ -101,7 +102,7 @@ TEST(Folders, ACheckpointFolderSavedAfterTheMountAppears) {
   Experiments x;
   fs::remove_all(x.src + "/team/run1/checkpoint-4");
   auto v = x.mount();
-  EXPECT_EQ(names(*v, "/team/run1"), std::vector<std::string>{"checkpoint-2"});
+  EXPECT_EQ(names(*v, "/team/run1"), (std::vector<std::string>{"checkpoint-2", "report.html"}));
   fs::copy(kRun + "/checkpoint-4", x.src + "/team/run1/checkpoint-4", fs::copy_options::recursive);
   EXPECT_TRUE(has(names(*v, "/team/run1"), "checkpoint-4")) << "a listing rescans the folder";
   EXPECT_NE(find(*v, "/team/run1/checkpoint-4/global_step4_universal/zero/optimizer_state.pt"), nullptr);

@@ -20,6 +20,9 @@ struct CheckpointDir {
 
 // `skip`: a path never looked into (the view's own mount point, which may lie inside `path`).
 CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip = "");
+// Whether a sub-folder of `dir` (not `skip`) holds *_optim_states.pt files, i.e. `dir` is a
+// checkpoint folder; stops at the first one found.
+bool holds_tag_folder(const std::string& dir, const std::string& skip = "");
 // SRC's `latest` byte for byte (DeepSpeed writes the tag without a newline), or nothing when it is
 // absent, not a regular file, over kLatestMaxBytes or unreadable. DeepSpeed rewrites it after every save.
 inline constexpr int64_t kLatestMaxBytes = 4096;
@@ -34,5 +37,10 @@ bool tag_order(const std::string& a, const std::string& b);
 // `tp_strict` refuses universal_checkpoint_info patterns that match no parameter, as
 // ds_to_universal.py does without --no_strict.
 std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict = true);
+
+// Positions in index.params in the order the model holds them (its state dict's 'module' in the
+// first model-state file), where the index keeps them group by group. Parameters 'module' does not
+// name follow in index order. Reads one pickle; throws zm::Error when it cannot be read.
+std::vector<size_t> module_order(const TagIndex& index);
 
 }  // namespace zm::ds

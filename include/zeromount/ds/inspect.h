@@ -10,6 +10,11 @@ namespace zm::ds {
 // Reads a 0-d step tensor's value from its shard (or returns the stored int/float).
 double step_number(const TagIndex& index, const StepValue& step);
 
+// "ZeRO-3 (4 sub-groups)", "BF16_Optimizer (ZeRO-1 layout)".
+std::string stage_text(const TagIndex& index);
+// "DynamicLossScaler (cur_scale 256, ...)": every field, since a resume depends on all of them.
+std::string loss_scaler_text(const LossScaler& scaler);
+
 std::string inspect_text(const TagIndex& index);
 std::string inspect_json(const TagIndex& index);
 

@@ -1,6 +1,7 @@
 #pragma once
 // One indexed tag as the view serves it: its index plus the view-wide file id of each shard.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "zeromount/ds/tag_index.h"
@@ -19,6 +20,12 @@ struct MountedTag {
   const pt::ExtentReader* crc_source = nullptr;
   // An extent of the index (shard-relative) as an extent of the view's file table.
   pt::Extent map(const pt::Extent& e) const { return {file_of_shard.at(e.file), e.offset, e.length}; }
+};
+
+// A served tag named by its path inside a folder ("global_step3", "checkpoint-2/global_step2").
+struct NamedTag {
+  std::string path;
+  const MountedTag* tag = nullptr;
 };
 
 }  // namespace zm::view

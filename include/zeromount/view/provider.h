@@ -55,12 +55,18 @@ class CheckpointFolder {
   virtual ~CheckpointFolder() = default;
   virtual uint64_t ino() const = 0;             // its folder in the tree
   virtual const std::string& path() const = 0;  // the real folder, absolute
+  virtual std::string mount_path() const = 0;   // its path in the mount: "/", "/run/checkpoint-2"
   // Its `latest`, byte for byte, while it names a tag the view serves; else the last text that did.
   virtual std::string latest_text() const = 0;
   // The tag latest_text() names, if the view serves it.
   virtual std::optional<std::string> latest_tag() const = 0;
   // Whether `name` is one of its tag folders (served or not): a faked layout shows its own instead.
   virtual bool is_tag(const std::string& name) const = 0;
+  // The tags it serves now, in training order (ds::tag_order of their paths), after looking for
+  // tags saved since its last scan (at most every rescan period). A run folder (no tags of its own,
+  // checkpoint folders one level below: a Trainer's output_dir) gives those folders' tags, named
+  // "checkpoint-2/global_step2", filling (listing and indexing) the folders not filled yet.
+  virtual std::vector<NamedTag> served_tags() const = 0;
   // A made-up entry that is not served, and why (a refused layouts/ target): a line of
   // .zeromount/errors, `entry` being its path inside the folder. Bounded; the first reason stays.
   virtual void refuse_entry(const std::string& entry, const std::string& reason) const = 0;
@@ -105,6 +111,11 @@ class ProviderContext {
   uint64_t add_made_dir(const std::string& name, const char* kind, const std::vector<const MountedTag*>& from);
   // A live text (add_live_text) beside the tags; `access`: that of the real entry its text comes from.
   uint64_t add_made_text(const std::string& name, const char* kind, std::function<std::string()> text, Access access);
+  // A live file beside the tags (built on every open, never cached, read past the page cache),
+  // sized at stat by `sizer`; `costly`: the sizer lists and indexes folders, so that a listing
+  // does not ask it. `access`: what it may show (least_of what it is built from).
+  uint64_t add_made_live_file(const std::string& name, const char* kind, Builder build, Sizer sizer, Access access,
+                              bool costly);
   uint64_t add_real_file(uint64_t parent, const std::string& name, const std::string& path) {
     return view::add_real_file(tree_, files_, parent, name, path);
   }
@@ -134,6 +145,10 @@ class Provider {
   virtual void add_folder(ProviderContext& cx, const std::vector<const MountedTag*>& tags) const {}
   // A served tag was deleted from the source: what is made from now on must not need it.
   virtual void drop_tag(ProviderContext& cx, const MountedTag& tag) const {}
+  // A run folder: a folder without tags of its own whose sub-folders are checkpoint folders (a
+  // Trainer's output_dir). Called once, when that is first seen; cx.folder().served_tags() gives
+  // their tags.
+  virtual void add_run(ProviderContext& cx) const {}
   // Adds mount-wide entries at the root (e.g. .zeromount/), once.
   virtual void add_mount(Tree& tree, const LiveSource& live) const {}
 };

@@ -101,6 +101,9 @@ struct Inode {
   // A live file's builder runs on every open and stat, and its content is never cached.
   Builder build;
   Sizer sizer;
+  // Its sizer lists and indexes folders (a page across the checkpoint folders of a run): a listing
+  // does not ask it (View::attr_ready), a stat does.
+  bool costly_sizer = false;
   bool live = false;
   CallerBuilder build_for;  // a live file whose content depends on who reads it
   mutable std::atomic<uint64_t> size{kUnknown};
@@ -140,6 +143,11 @@ class Tree {
   // The same, built for the reader that opens it.
   uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, CallerBuilder build);
   void set_growing(uint64_t dir, bool growing) { node(dir).growing.store(growing); }
+  // Gives a file (a live one too) a Sizer: stat then sizes it without building it.
+  void set_sizer(uint64_t file, Sizer sizer, bool costly) {
+    node(file).sizer = std::move(sizer);
+    node(file).costly_sizer = costly;
+  }
   // Runs `f` with the tree's lock held exclusively: how entries are added after the mount.
   // Lookups and reads made by `f` itself (on this thread) do not lock again.
   void append(const std::function<void(Tree&)>& f);

@@ -93,9 +93,10 @@ class View final : public LiveSource {
   // ... and a growing folder's missing names, which a tag saved after the mount may fill.
   double negative_seconds(const Inode& parent) const { return parent.growing ? opts_.rescan_seconds : cache_seconds(); }
   // Whether attr(n) costs nothing now: a folder, a link, a live text, or a file whose size is known
-  // or has a Sizer. A listing sends attributes only for those, so that `ls` of a folder of
-  // thousands of unbuilt files (a faked layout's rank files) builds none of them.
+  // or has a Sizer that reads no folder (Inode::costly_sizer). A listing sends attributes only for those, so that `ls`
+  // of a folder of thousands of unbuilt files (a faked layout's rank files) builds none of them.
   bool attr_ready(const Inode& n) const {
+    if (n.costly_sizer) return false;
     return n.dir || !n.link.empty() || n.live || n.sizer || n.size.load(std::memory_order_relaxed) != Inode::kUnknown;
   }
   // Whether the kernel may keep a folder's listing.
@@ -158,6 +159,16 @@ class View final : public LiveSource {
   std::optional<std::string> follow_latest(Folder& f) const;
   // What the `latest` of the folder at inode `folder` shows now.
   std::string latest_text(uint64_t folder) const;
+  // CheckpointFolder::served_tags of the folder at inode `folder`.
+  std::vector<NamedTag> served_tags(uint64_t folder) const;
+  // Whether a sub-folder of real folder `dir` is a checkpoint folder: then `dir`, holding no tags
+  // itself, is a run folder (Provider::add_run). Lists `dir`'s sub-folders and theirs.
+  bool holds_checkpoint_folders(const std::string& dir) const;
+  // Whether `f`, holding no tags, is a run folder that is not shown as one yet (lists folders: call
+  // it outside Tree::append).
+  bool new_run_folder(const Folder& f) const;
+  // Shows `f` as a run folder: every provider's run entries (under Tree::append).
+  void add_run(Tree& tree, Folder& f) const;
   ProviderContext context(Tree& tree, const Folder& f, bool building) const;
   // Whether `who` may read entry `name` of folder `dir` and search every folder above it.
   bool may_list(const Caller& who, uint64_t dir, const std::string& name) const;

@@ -18,7 +18,9 @@ struct ViewOptions {
   // -o rescan=S: at most this often, a lookup or listing that may concern a new tag rescans the
   // source for tags saved after the mount; 0 serves the mount-time tags only.
   double rescan_seconds = 1.0;
-  bool crc = false;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)
+  bool crc = false;
+  // -o report=off: no report pages (<T>_params/report.html, report.html beside tags and in run folders).
+  bool report = true;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)
   // -o max_shard_size: consolidated weights are split into shards of at most this many bytes, as
   // zero_to_fp32.py --max_shard_size (huggingface_hub's rule: decimal units, 5GB by default).
   uint64_t max_shard_bytes = 5'000'000'000;

@@ -49,6 +49,29 @@ uint64_t View::add_latest(Tree& tree, const Folder& f, struct timespec mtime) co
       tree, f.node, "latest", [folder] { return folder->latest_text(); }, mtime);
 }
 
+bool View::holds_checkpoint_folders(const std::string& dir) const {
+  if (dir == opts_.mount_point) return false;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (it->path() != opts_.mount_point && it->is_directory(e2) && ds::holds_tag_folder(it->path(), opts_.mount_point))
+      return true;
+  }
+  return false;
+}
+
+bool View::new_run_folder(const Folder& f) const {
+  // Only the report pages are made up in run folders: without them, no folder is looked into.
+  return !f.run && !f.built && f.tags.empty() && opts_.report && opts_.tags.empty() && f.own_tag.empty() &&
+         holds_checkpoint_folders(f.real);
+}
+
+void View::add_run(Tree& tree, Folder& f) const {
+  f.run = true;
+  ProviderContext cx = context(tree, f, true);
+  for (const auto& p : providers()) p->add_run(cx);
+}
+
 ProviderContext View::context(Tree& tree, const Folder& f, bool building) const {
   return ProviderContext(tree, files_, opts_, *this, f, building);
 }
@@ -239,6 +262,7 @@ void View::fill(const Inode& dir) const {
     }
   }
   const bool growing = opts_.rescan_seconds > 0 && opts_.tags.empty() && f.own_tag.empty();
+  const bool run = new_run_folder(f);
   tree_.append([&](Tree& tree) {
     if (!f.own_tag.empty()) {
       struct stat st {};
@@ -261,6 +285,7 @@ void View::fill(const Inode& dir) const {
       if (f.node == Tree::kRoot) p->add_mount(tree, *this);
     }
     f.built = !served.empty();
+    if (run) add_run(tree, f);
     tree.set_filled(f.node);
   });
 }

@@ -115,6 +115,7 @@ bool View::refresh(Folder& f) const {
     show_partial_tags(f, dir.tags);
   });
   show_tags(f, added);
+  if (new_run_folder(f)) tree_.append([&](Tree& tree) { add_run(tree, f); });  // its first checkpoint-N/
   return !added.empty() || tree_.size() != nodes;
 }
 
@@ -172,6 +173,39 @@ std::string View::latest_text(uint64_t folder) const {
   if (const auto tag = follow_latest(*f); tag && !f->is_served(*tag) && refresh(*f)) follow_latest(*f);
   std::lock_guard<std::mutex> lock(f->mu);
   return f->shown_latest;
+}
+
+std::vector<NamedTag> View::served_tags(uint64_t folder) const {
+  Folder* f;
+  {
+    std::lock_guard<std::mutex> lock(growth_->mu);
+    f = growth_->folders.at(folder).get();
+  }
+  refresh(*f);
+  std::vector<NamedTag> out;
+  const auto own = [&](Folder& g, const std::string& prefix) {
+    std::lock_guard<std::mutex> scanning(g.scan_mu);  // what is indexed is appended under it
+    for (const auto& t : g.tags)
+      if (g.is_served(t->index->tag)) out.push_back({prefix + t->index->tag, t.get()});
+  };
+  own(*f, "");
+  if (out.empty() && f->run) {
+    const Inode& dir = *tree_.get(f->node);
+    for (uint64_t k = 0; const Inode* n = tree_.listed_child(dir, k); ++k) {
+      if (!n->dir || n->real.empty() || n->plain || n->made_by) continue;
+      fill(*n);
+      Folder* below = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(growth_->mu);
+        if (auto it = growth_->folders.find(n->ino); it != growth_->folders.end()) below = it->second.get();
+      }
+      if (!below) continue;
+      refresh(*below);
+      own(*below, n->name + "/");
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const NamedTag& a, const NamedTag& b) { return ds::tag_order(a.path, b.path); });
+  return out;
 }
 
 bool View::may_list(const Caller& who, uint64_t dir, const std::string& name) const {

@@ -32,6 +32,7 @@ struct View::Folder final : CheckpointFolder {
   std::vector<std::unique_ptr<ds::TagIndex>> indexes;
   std::vector<std::unique_ptr<MountedTag>> tags;
   bool built = false;  // providers have made this folder's entries (it had a served tag)
+  bool run = false;    // no tags of its own, checkpoint folders below: providers made its run entries
   std::mutex scan_mu;  // one rescan of this folder at a time
   Clock::time_point last_scan;
   std::string scan_error;                       // why the last rescan failed, logged once
@@ -51,7 +52,9 @@ struct View::Folder final : CheckpointFolder {
 
   uint64_t ino() const override { return node; }
   const std::string& path() const override { return real; }
+  std::string mount_path() const override { return "/" + rel; }
   std::string latest_text() const override { return view->latest_text(node); }
+  std::vector<NamedTag> served_tags() const override { return view->served_tags(node); }
   std::optional<std::string> latest_tag() const override;
   bool is_tag(const std::string& name) const override;
   bool is_served(const std::string& tag) const;

@@ -59,6 +59,17 @@ uint64_t ProviderContext::add_made_text(const std::string& name, const char* kin
   return ino;
 }
 
+uint64_t ProviderContext::add_made_live_file(const std::string& name, const char* kind, Builder build, Sizer sizer,
+                                             Access access, bool costly) {
+  if (taken(name)) return 0;
+  const uint64_t ino = tree_.add_live_file(dir(), name, mtime(), std::move(build));
+  tree_.set_sizer(ino, std::move(sizer), costly);
+  tree_.mark_made_by(ino, kind);
+  access.perm &= 0444;
+  tree_.set_access(ino, access);
+  return ino;
+}
+
 uint64_t add_real_file(Tree& tree, FileTable& files, uint64_t parent, const std::string& name,
                        const std::string& path) {
   const uint32_t id = files.add(path);

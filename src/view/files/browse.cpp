@@ -11,6 +11,7 @@
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
+#include "zeromount/view/files/stats.h"
 #include "zeromount/view/files/universal.h"
 
 namespace zm::view {
@@ -31,52 +32,21 @@ std::string file_name(const std::string& path) {
   return path.substr(path.find_last_of('/') + 1);
 }
 
-// Statistics of the finite values, plus counts of what is not finite: an all-NaN parameter must
-// say so, not "min inf, max -inf".
-struct Stats {
-  double min = INFINITY, max = -INFINITY, mean = 0, m2 = 0, sumsq = 0;
-  uint64_t n = 0, nan = 0, inf = 0;
-  void add(double x) {
-    if (std::isnan(x)) return void(++nan);
-    if (std::isinf(x)) return void(++inf);
-    ++n;  // Welford: a stable variance over billions of elements
-    const double d = x - mean;
-    mean += d / double(n);
-    m2 += d * (x - mean);
-    sumsq += x * x;
-    min = std::min(min, x);
-    max = std::max(max, x);
-  }
-};
-
 Stats compute_stats(const MountedTag& t, const ds::Param& p, const pt::ExtentReader& src) {
   Stats s;
-  const size_t es = pt::element_size(t.index->master_dtype);
-  std::string buf;
-  pt::VirtualFile bytes;  // a parallel parameter's merge may be computed (averaged): read it as a file
-  append_param_bytes(bytes, t, p, 0);
-  for (uint64_t at = 0; at < bytes.size();) {
-    const size_t n = size_t(std::min<uint64_t>(bytes.size() - at, (1u << 20) / es * es));
-    buf.resize(n);
-    bytes.read(at, buf.data(), n, src);
-    for (size_t k = 0; k < n; k += es) s.add(pt::element_value(buf.data() + k, t.index->master_dtype));
-    at += n;
-  }
+  StateReader reader(t, p, {0});
+  std::vector<std::vector<float>> block;
+  while (const size_t n = reader.next(src, block)) s.add(block[0].data(), n);
   return s;
-}
-
-// Fixed width, so that the file's size does not depend on the values.
-std::string num(double v) {
-  char b[32];
-  snprintf(b, sizeof b, "%16.8e", v);
-  return b;
 }
 
 }  // namespace
 
-std::string params_readme(const std::string& tag) {
-  return "This folder is made up by zeromount from the shards of " + tag +
-         "; nothing here is stored.\n\n"
+std::string params_readme(const std::string& tag, bool report) {
+  return "This folder is made up by zeromount from the shards of " + tag + "; nothing here is stored.\n\n" +
+         (report ? "report.html          a page to look at: the run, every parameter's statistics, Adam update sizes\n"
+                   "                     and histograms, bar charts per layer (computed when first opened)\n"
+                 : "") +
          "summary              one row per trainable parameter: name, shape, dtype, numel, group, bytes\n"
          "<param>/info         shape, dtypes, group, which dp ranks hold which elements, statistics of the\n"
          "                     finite fp32 values and counts of NaN and inf\n"
@@ -84,7 +54,8 @@ std::string params_readme(const std::string& tag) {
          "<param>/<state>.npy  one optimizer state as a numpy array: np.load(path, mmap_mode='r')\n\n"
          "Folder names are parameter names, escaped only where a name cannot be a folder: '/' is written %2F,\n"
          "\".\" and \"..\" as %2E and %2E%2E, a parameter named README or summary gets %52EADME or %73ummary,\n"
-         "and a name over 255 bytes is cut and ends in %~<hash> (its info holds the whole name).\n"
+         "and a name over 255 bytes is cut and ends in %~<hash> (its info holds the whole name); a parameter named\n"
+         "report.html gets %72eport.html.\n"
          "The consolidated fp32 weights, as zero_to_fp32.py writes them, are in ../" +
          tag +
          "_fp32/model.safetensors.\n"
@@ -154,16 +125,15 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   auto count = [&](uint64_t c) { return lpad(with_commas(c), count_width); };
   if (src) {
     const Stats s = compute_stats(t, p, *src);
-    const double n = s.n ? double(s.n) : NAN;
-    line("min", num(s.n ? s.min : NAN));
-    line("max", num(s.n ? s.max : NAN));
-    line("mean", num(s.n ? s.mean : NAN));
-    line("std", num(std::sqrt(s.m2 / n)));
-    line("L2 norm", num(s.n ? std::sqrt(s.sumsq) : NAN));
+    line("min", stat_text(s.lowest()));
+    line("max", stat_text(s.highest()));
+    line("mean", stat_text(s.average()));
+    line("std", stat_text(s.deviation()));
+    line("L2 norm", stat_text(s.l2()));
     line("NaN", count(s.nan));
     line("inf", count(s.inf));
   } else {
-    for (const char* k : {"min", "max", "mean", "std", "L2 norm"}) line(k, num(0));
+    for (const char* k : {"min", "max", "mean", "std", "L2 norm"}) line(k, stat_text(0));
     for (const char* k : {"NaN", "inf"}) line(k, count(0));
   }
   return o;

@@ -2,6 +2,7 @@
 #include "zeromount/view/files/browse.h"
 #include "zeromount/view/files/param_names.h"
 #include "zeromount/view/provider.h"
+#include "zeromount/view/view_options.h"
 
 namespace zm::view {
 
@@ -25,10 +26,10 @@ class ParamsProvider final : public Provider {
     Tree& tree = cx.tree();
     const MountedTag* t = &tag;
     const pt::ExtentReader* files = &cx.files();
-    cx.add_text(d, "README", params_readme(ix.tag), mtime);
+    cx.add_text(d, "README", params_readme(ix.tag, cx.options().report), mtime);
     tree.add_file(d, "summary", mtime, [t] { return text_file(params_summary(*t->index)); });
     for (const ds::Param& p : ix.params) {
-      const uint64_t pd = tree.add_dir(d, param_dir_name(p.name, {"README", "summary"}), mtime);
+      const uint64_t pd = tree.add_dir(d, param_dir_name(p.name, {"README", "summary", "report.html"}), mtime);
       const ds::Param* pp = &p;
       // The statistics read the whole parameter, so stat() sizes the text without them.
       tree.add_file(

@@ -10,6 +10,7 @@ std::unique_ptr<Provider> make_fp32_provider();       // weights_provider.cpp
 std::unique_ptr<Provider> make_training_provider();   // weights_provider.cpp
 std::unique_ptr<Provider> make_status_provider();     // status_provider.cpp
 std::unique_ptr<Provider> make_layouts_provider();    // layouts_provider.cpp
+std::unique_ptr<Provider> make_report_provider();     // report_provider.cpp
 
 const std::vector<std::unique_ptr<Provider>>& providers() {
   static const std::vector<std::unique_ptr<Provider>> all = [] {
@@ -20,6 +21,7 @@ const std::vector<std::unique_ptr<Provider>>& providers() {
     v.push_back(make_training_provider());
     v.push_back(make_status_provider());
     v.push_back(make_layouts_provider());
+    v.push_back(make_report_provider());  // after params: it adds a page to <T>_params/
     return v;
   }();
   return all;

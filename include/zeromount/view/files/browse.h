@@ -9,7 +9,8 @@
 
 namespace zm::view {
 
-std::string params_readme(const std::string& tag);
+// `report`: the folder holds report.html (no -o report=off).
+std::string params_readme(const std::string& tag, bool report);
 // One row per parameter, aligned, with totals that equal the sums of the rows.
 std::string params_summary(const ds::TagIndex& ix);
 // Name, shape, dtype, group, which ranks hold which element ranges, and fp32 statistics. With

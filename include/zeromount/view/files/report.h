@@ -1,0 +1,103 @@
+#pragma once
+// The report pages (docs/SEMANTICS.md): `<T>_params/report.html`, one self-contained HTML page
+// per tag (the run, a row per parameter with statistics, Adam update sizes and histograms, bar
+// charts per layer), and `report.html` across the tags of a checkpoint folder or of a run folder
+// (lines per layer against the step). Inline SVG and CSS only: no script, no network.
+//
+// Every number comes from one streaming pass per tag (and one per pair of consecutive tags for
+// the weights' change), made when a page is first built and kept by the tag's identity (its
+// shards' paths, sizes, mtimes, inodes and pickle hashes), so that both pages, and every mount in
+// the process, share one pass. Pages are laid out with fixed-width numbers: laid out without the
+// figures (a null pointer), a page has the size it has with them, which is how stat knows it.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/files/stats.h"
+#include "zeromount/view/mounted_tag.h"
+
+namespace zm::view {
+
+// A histogram for people: bins whose edges are GridHistogram boundaries, so that each count is
+// exact for the edges shown. edges.size() == counts.size() + 1 (both empty without values).
+struct Bins {
+  std::vector<double> edges;
+  std::vector<uint64_t> counts;
+};
+inline constexpr size_t kReportBins = 20;
+// Up to `bins` bins of about equal width between the least and the greatest value counted.
+Bins linear_bins(const GridHistogram& h, size_t bins = kReportBins);
+// Bins that end at powers of two (octaves, grouped when there are more than `bins`): the scale on
+// which second moments spread.
+Bins octave_bins(const GridHistogram& h, size_t bins = kReportBins);
+
+// Whether the tag saved exp_avg and exp_avg_sq (Adam's moments): then update sizes exist.
+bool has_update(const ds::TagIndex& ix);
+
+// One parameter of one tag.
+struct ParamFigures {
+  Stats weights;               // the fp32 master weights (as stored: 16-bit masters widened)
+  Stats moment;                // exp_avg_sq
+  Stats update;                // |exp_avg| / (sqrt(exp_avg_sq) + eps), element by element, in double
+  uint32_t median_bucket = 0;  // the GridHistogram bucket of the median update (update.n > 0)
+  Bins weight_bins, moment_bins;
+};
+
+// A layer: the parameters that share the name up to the first numeric component
+// ("model.layers.3"), or else the module ("fc1" of fc1.weight). Merged over its parameters.
+struct LayerFigures {
+  std::string name;
+  std::vector<size_t> params;  // positions in TagIndex::params, in module order
+  Stats weights, moment, update;
+};
+
+struct TagFigures {
+  std::vector<ParamFigures> params;  // by position in TagIndex::params
+  std::vector<LayerFigures> layers;  // in module order
+  double step = NAN;                 // group 0's step, if the optimizer keeps one
+  uint64_t bytes_read = 0;
+  double seconds = 0;  // the pass's wall time
+};
+
+// The layers of a tag in module order (ds::module_order when `module_order`), without figures:
+// what a page is laid out with before any tensor is read.
+std::vector<LayerFigures> report_layers(const ds::TagIndex& ix, bool module_order);
+
+// The figures of `t`, computed by one pass over its fp32, exp_avg and exp_avg_sq (in parallel
+// over parameters), or taken from the cache of the last few tags computed.
+std::shared_ptr<const TagFigures> tag_figures(const MountedTag& t, const pt::ExtentReader& src);
+// The same without `params` (what a page across tags shows), kept for many more tags.
+std::shared_ptr<const TagFigures> tag_layer_figures(const MountedTag& t, const pt::ExtentReader& src);
+
+// ||w_t - w_{t-1}|| and ||w_{t-1}|| per layer of `next`, from the fp32 weights of both tags read
+// together; a layer whose parameters differ in the two (a name or a shape) has none.
+struct ChangeFigures {
+  std::vector<double> diff_sumsq, prev_sumsq;  // by layer of `next`; NaN: not finite or not comparable
+  uint64_t bytes_read = 0;
+  double seconds = 0;
+};
+std::shared_ptr<const ChangeFigures> change_figures(const MountedTag& prev, const MountedTag& next,
+                                                    const pt::ExtentReader& src);
+
+// `<T>_params/report.html`; `figures` null: the same bytes' count, with placeholders.
+std::string tag_report(const MountedTag& t, const TagFigures* figures);
+
+// What a page across tags shows (its tags are NamedTags: paths inside the page's folder).
+struct RunFigures {
+  std::vector<std::shared_ptr<const TagFigures>> tags;       // as the NamedTags, without params
+  std::vector<std::shared_ptr<const ChangeFigures>> change;  // [k]: tags[k - 1] to tags[k]; [0] null
+};
+// Computes what run_report shows: each tag's figures and each consecutive pair's change.
+RunFigures run_figures(const std::vector<NamedTag>& tags, const pt::ExtentReader& src);
+// `report.html` of a folder (`title`: its path in the mount) across `tags`, in training order;
+// `left_out`: tags not shown, and why. `figures` null: placeholders of the same width.
+std::string run_report(const std::string& title, const std::vector<NamedTag>& tags,
+                       const std::vector<std::string>& left_out, const RunFigures* figures);
+
+// A built page as a file whose every read first checks that the shards it was computed from
+// (view file ids) are unchanged, and fails with ESTALE otherwise, as every made-up file does.
+pt::VirtualFile report_file(std::string html, std::vector<uint32_t> shards);
+
+}  // namespace zm::view

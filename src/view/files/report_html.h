@@ -1,0 +1,38 @@
+#pragma once
+// What both report pages are written with (internal to src/view/files/report_*.cpp): escaping,
+// fixed-width numbers and coordinates, the page's frame and its CSS. Every value-dependent piece
+// has a width that does not depend on the value, so that a page laid out with placeholders has the
+// size of the page laid out with its figures.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "zeromount/view/files/report.h"
+
+namespace zm::view::html {
+
+std::string escape(std::string_view s);
+// `s` padded to `width`; a longer `s` is a layout bug (the page's size would change): throws.
+std::string fit(std::string s, size_t width);
+// A bin edge: the float value read back exactly, 16 characters ("%16.9e").
+std::string exact(double v);
+std::string count(uint64_t c, size_t width);
+// A coordinate in [0, limit], one decimal, zero-padded to the width of `limit` ("012.5").
+std::string coord(double v, double limit);
+// A step as the pages print it, 14 characters: "1200", "none" (no step saved).
+std::string step_text(double step);
+// Decimal digits of n (at least 1): the width of counts up to n.
+size_t digits(uint64_t n);
+// "b" (shown in red) when something is not finite, "g" otherwise: one character either way.
+inline const char* flag(bool bad) {
+  return bad ? "b" : "g";
+}
+
+// The document around `body`: charset, title, the one stylesheet; nothing fetched.
+std::string page(const std::string& title, const std::string& body);
+
+// A histogram of kReportBins slots, 100 x 24 px, with every bin's edges and count in its title.
+// `bins` null: placeholders.
+std::string histogram(const char* css_class, const std::string& what, const Bins* bins, size_t count_width);
+
+}  // namespace zm::view::html

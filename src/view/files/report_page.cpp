@@ -1,0 +1,277 @@
+// <T>_params/report.html: the run, one row per parameter (sortable without a script), the
+// layers' bar charts and what the page cost (include/zeromount/view/files/report.h).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "report_html.h"
+#include "zeromount/ds/inspect.h"
+#include "zeromount/pt/text.h"
+#include "zeromount/view/files/report.h"
+
+namespace zm::view {
+
+namespace {
+
+using html::coord;
+using html::escape;
+using html::fit;
+
+// A per-group value as Python would print it: 0.001, (0.9, 0.999), True.
+std::string value_text(const pt::Node* v) {
+  if (!v) return "None";
+  switch (v->kind) {
+    case pt::Kind::Float:
+      return pt::format_double(v->f);
+    case pt::Kind::Int:
+      return std::to_string(v->i);
+    case pt::Kind::Bool:
+      return v->b ? "True" : "False";
+    case pt::Kind::Str:
+      return "'" + v->s + "'";
+    case pt::Kind::Tuple:
+    case pt::Kind::List: {
+      std::string s;
+      for (const pt::Node* x : v->items) s += (s.empty() ? "" : ", ") + value_text(x);
+      return (v->kind == pt::Kind::Tuple ? "(" : "[") + s + (v->kind == pt::Kind::Tuple ? ")" : "]");
+    }
+    default:
+      return std::string(v->kind_name());
+  }
+}
+
+std::string row(const std::string& key, const std::string& value) {
+  return "<tr><td>" + escape(key) + "</td><td>" + value + "</td></tr>\n";
+}
+
+std::string run_section(const ds::TagIndex& ix, const TagFigures* f) {
+  uint64_t numel = 0;
+  for (const auto& p : ix.params) numel += p.numel;
+  std::string states;
+  for (size_t k = 1; k < ix.state_names.size(); ++k) states += (k > 1 ? ", " : "") + ix.state_names[k];
+  std::string o = "<h2 id=\"run\">Run</h2>\n<table class=\"kv\">\n";
+  o += row("stage", escape(ds::stage_text(ix)));
+  o += row("data-parallel size",
+           std::to_string(ix.dp) + (ix.parallel() ? " (grid: pp " + std::to_string(ix.pp) + " x tp " +
+                                                        std::to_string(ix.tp) + " x dp " + std::to_string(ix.dp) + ")"
+                                                  : ""));
+  o += row("precision", escape(std::string(pt::dtype_name(ix.master_dtype)) + " master weights and optimizer states; " +
+                               std::string(pt::dtype_name(ix.module_dtype)) + " module weights (training precision)"));
+  o += row("optimizer", escape(std::string(ds::optimizer_class_name(ix.optimizer)) +
+                               "; states: " + (ix.has_state() ? states : "none (saved before the first step)")));
+  o += row("loss scaler", escape(ds::loss_scaler_text(ix.loss_scaler)));
+  o += row("step", "<span>" + html::step_text(f && ix.step(0) ? f->step : ix.step(0) ? 0 : NAN) + "</span>");
+  std::string groups;
+  for (int g = 0; g < ix.num_groups; ++g) {
+    uint64_t n = 0, e = 0;
+    for (const auto& p : ix.params)
+      if (p.group == g) ++n, e += p.numel;
+    std::string values;
+    const pt::Node* pg =
+        ix.param_groups && size_t(g) < ix.param_groups->items.size() ? ix.param_groups->items[size_t(g)] : nullptr;
+    for (size_t k = 0; pg && k < pg->entries.size(); ++k)
+      if (const auto& [key, v] = pg->entries[k]; key && key->is(pt::Kind::Str) && key->s != "params")
+        values += ", " + key->s + " " + value_text(v);
+    groups += (g ? "<br>" : "") + escape("group " + std::to_string(g) + ": " + pt::with_commas(n) + " parameters, " +
+                                         pt::with_commas(e) + " elements" + values);
+  }
+  if (ix.stage == 3) groups += "<br>" + std::to_string(ix.scalars.size()) + " sub-groups";
+  o += row("param groups", groups);
+  o += row("parameters", escape(pt::with_commas(ix.params.size()) + " trainable, " + pt::with_commas(numel) +
+                                " elements, " + pt::human_bytes(ix.state_bytes()) + " of fp32 and optimizer state"));
+  if (!ix.ds_version.empty()) o += row("DeepSpeed", escape(ix.ds_version));
+  return o + "</table>\n";
+}
+
+// One bar per layer, in module order; a layer with values that are not finite is a red bar.
+std::string layer_chart(const std::vector<LayerFigures>& layers, const char* what, bool of_update,
+                        const TagFigures* f) {
+  constexpr double kHeight = 100;
+  const size_t slot = std::clamp<size_t>(900 / std::max<size_t>(layers.size(), 1), 3, 14);
+  auto value = [&](size_t k) {
+    if (!f) return 0.0;
+    const LayerFigures& l = f->layers[k];
+    return of_update ? l.update.average() : l.weights.l2();
+  };
+  auto bad = [&](size_t k) {
+    if (!f) return false;
+    const Stats& s = of_update ? f->layers[k].update : f->layers[k].weights;
+    return s.nan + s.inf > 0 || !std::isfinite(value(k));
+  };
+  double most = 0;
+  for (size_t k = 0; k < layers.size(); ++k)
+    if (!bad(k)) most = std::max(most, value(k));
+  const size_t width = std::max<size_t>(slot * layers.size(), 200);
+  std::string o = "<figure><svg width=\"" + std::to_string(width) + "\" height=\"104\" viewBox=\"0 0 " +
+                  std::to_string(width) + " 104\"><line class=\"ax\" x1=\"0\" y1=\"100.5\" x2=\"" +
+                  std::to_string(width) + "\" y2=\"100.5\"/>";
+  for (size_t k = 0; k < layers.size(); ++k) {
+    const double v = value(k);
+    const double h = bad(k) ? kHeight : most > 0 ? std::max(1.0, kHeight * v / most) : 0;
+    o += "<rect x=\"" + std::to_string(k * slot) + "\" y=\"" + coord(kHeight - h, kHeight) + "\" width=\"" +
+         std::to_string(std::max<size_t>(slot - 1, 2)) + "\" height=\"" + coord(h, kHeight) + "\" class=\"" +
+         html::flag(bad(k)) + "\"><title>" + escape(layers[k].name) + ": " + stat_text(v) + "</title></rect>";
+  }
+  return o + "</svg><figcaption>" + what + ", one bar per layer in module order (" + escape(layers.front().name) +
+         " ... " + escape(layers.back().name) + "); red: values that are not finite</figcaption></figure>\n";
+}
+
+// A statistic, short; its title holds it as info prints it (stat_text), after `note`.
+std::string number_cell(double v, const std::string& note) {
+  char b[40];
+  snprintf(b, sizeof b, "%.4e", v);
+  return "<span class=\"v\" title=\"" + note + stat_text(v) + "\">" + fit(b, 12) + "</span>";
+}
+
+// The sortable columns' headers, in the order of sort_value.
+constexpr const char* kSorted[] = {"numel", "norm", "min",           "max",        "mean",           "std",
+                                   "NaN",   "inf",  "update median", "update max", "exp_avg_sq mean"};
+constexpr size_t kColumns = sizeof(kSorted) / sizeof(kSorted[0]);
+
+double sort_value(const ds::Param& p, const ParamFigures& f, size_t column) {
+  switch (column) {
+    case 0:
+      return double(p.numel);
+    case 1:
+      return f.weights.l2();
+    case 2:
+      return f.weights.lowest();
+    case 3:
+      return f.weights.highest();
+    case 4:
+      return f.weights.average();
+    case 5:
+      return f.weights.deviation();
+    case 6:
+      return double(f.weights.nan);
+    case 7:
+      return double(f.weights.inf);
+    case 8:
+      return f.update.n ? GridHistogram::lower(f.median_bucket) : NAN;
+    case 9:
+      return f.update.highest();
+    default:
+      return f.moment.average();
+  }
+}
+
+// ranks[c][k]: parameter k's place in column c, ascending; NaN after every number.
+std::vector<std::vector<size_t>> ranks(const ds::TagIndex& ix, const TagFigures* f) {
+  const size_t n = ix.params.size();
+  std::vector<std::vector<size_t>> out(kColumns, std::vector<size_t>(n, 0));
+  if (!f) return out;
+  for (size_t c = 0; c < kColumns; ++c) {
+    std::vector<size_t> by(n);
+    std::iota(by.begin(), by.end(), 0);
+    std::vector<double> v(n);
+    for (size_t k = 0; k < n; ++k) v[k] = sort_value(ix.params[k], f->params[k], c);
+    std::stable_sort(by.begin(), by.end(),
+                     [&](size_t a, size_t b) { return std::isnan(v[b]) ? !std::isnan(v[a]) : v[a] < v[b]; });
+    for (size_t r = 0; r < n; ++r) out[c][by[r]] = r;
+  }
+  return out;
+}
+
+std::string params_section(const ds::TagIndex& ix, const TagFigures* f, const std::vector<LayerFigures>& layers) {
+  const size_t n = ix.params.size();
+  const bool adam = has_update(ix);
+  uint64_t most = 0;
+  for (const auto& p : ix.params) most = std::max(most, p.numel);
+  const size_t cw = html::digits(most), rw = html::digits(n ? n - 1 : 0);
+  std::string css = "<style>.t{grid-template-columns:repeat(16,auto)}";
+  std::string anchors, header =
+                           "<div class=\"r h\"><span>parameter</span><span>shape</span><span>fp32 weights</span>"
+                           "<span>exp_avg_sq (octaves)</span>";
+  for (size_t c = 0; c < kColumns; ++c) {
+    const std::string id = "s" + std::to_string(c);
+    css += "#" + id + "a:target~.t>.r>*{order:var(--" + id + ")}#" + id + "d:target~.t>.r>*{order:calc(-1*var(--" + id +
+           "))}";
+    anchors += "<a id=\"" + id + "a\"></a><a id=\"" + id + "d\"></a>";
+    header += std::string("<span>") + kSorted[c] + " <a href=\"#" + id + "d\" title=\"sort, largest first\">" +
+              "&#9660;</a><a href=\"#" + id + "a\" title=\"sort, smallest first\">&#9650;</a></span>";
+  }
+  header += "<span>group</span></div>\n";
+  const auto rank = ranks(ix, f);
+  std::vector<size_t> position(n);  // module order, from the layers (which are in module order)
+  size_t at = 0;
+  for (const auto& l : layers)
+    for (size_t k : l.params) position[k] = at++;
+  std::string rows;
+  const ParamFigures none;
+  for (size_t k = 0; k < n; ++k) {
+    const ds::Param& p = ix.params[k];
+    const ParamFigures& pf = f ? f->params[k] : none;
+    rows += "<div class=\"r\" style=\"--o:" + html::count(position[k], rw);
+    for (size_t c = 0; c < kColumns; ++c) rows += ";--s" + std::to_string(c) + ":" + html::count(rank[c][k], rw);
+    rows +=
+        "\"><span class=\"n\" id=\"p" + std::to_string(k) + "\">" + escape(p.name) + "</span><span>" +
+        pt::shape_text(p.shape) + "</span><span>" +
+        html::histogram("w", "fp32 weights of " + p.name, f ? &pf.weight_bins : nullptr, cw) + "</span><span>" +
+        (adam ? html::histogram("m", "exp_avg_sq of " + p.name, f ? &pf.moment_bins : nullptr, cw) : std::string("-")) +
+        "</span><span class=\"v\">" + pt::with_commas(p.numel) + "</span>";
+    for (double v :
+         {pf.weights.l2(), pf.weights.lowest(), pf.weights.highest(), pf.weights.average(), pf.weights.deviation()})
+      rows += number_cell(f ? v : 0, "");
+    for (uint64_t c : {pf.weights.nan, pf.weights.inf})
+      rows += "<span class=\"v " + std::string(html::flag(c > 0)) + "\">" + html::count(c, cw) + "</span>";
+    if (adam) {
+      const double lo = pf.update.n ? GridHistogram::lower(pf.median_bucket) : NAN;
+      const double hi = pf.update.n ? GridHistogram::lower(pf.median_bucket + 1) : NAN;
+      rows += number_cell(f ? lo : 0, "the median lies in [" + html::exact(lo) + ", " + html::exact(hi) + "): ") +
+              number_cell(f ? pf.update.highest() : 0, "") + number_cell(f ? pf.moment.average() : 0, "");
+    } else {
+      rows += "<span>-</span><span>-</span><span>-</span>";
+    }
+    rows += "<span>" + std::to_string(p.group) + "</span></div>\n";
+  }
+  return css + "</style>\n<h2 id=\"params\">Parameters</h2>\n<p class=\"note\">One row per trainable parameter, in " +
+         "module order; &#9660; &#9650; in a header sort by that column (<a href=\"#params\">module order</a>). " +
+         "Statistics are of the finite fp32 values (norm: L2; std: population); a cell's title gives the value as " +
+         "<code>&lt;param&gt;/info</code> prints it. NaN and inf are counted apart. Update: <code>|exp_avg| / "
+         "(sqrt(exp_avg_sq) + eps)</code> per " +
+         "element, eps of the parameter's group (1e-8 where the group saves none); its median is the bucket of " +
+         "the middle value on the 65,536-bucket bfloat16 grid (exact to 2<sup>-8</sup> of its value; the cell shows " +
+         "the bucket's lower edge, its title both edges). Histograms count every value read, no sampling, in " +
+         "bins whose edges are grid boundaries (a histogram's title gives every bin's edges and "
+         "count).</p>\n<section>" +
+         anchors + "\n<div class=\"t\">\n" + header + rows + "</div></section>\n";
+}
+
+std::string cost_section(const ds::TagIndex& ix, const TagFigures* f) {
+  uint64_t expected = 0;
+  const size_t states = has_update(ix) ? 3 : 1;
+  for (const auto& p : ix.params) expected += p.numel * pt::element_size(ix.master_dtype) * states;
+  const uint64_t bytes = f ? f->bytes_read : 0;
+  char secs[32];
+  snprintf(secs, sizeof secs, "%.3f", f ? f->seconds : 0.0);
+  return "<h2 id=\"cost\">Cost</h2>\n<p class=\"note\">Every figure on this page was computed from the shards "
+         "when it was first built, in one streaming pass over the fp32 weights, exp_avg and exp_avg_sq of every "
+         "parameter: <span class=\"v\">" +
+         html::count(bytes, html::digits(expected)) + "</span> bytes <span class=\"v\">" +
+         fit("(" + pt::human_bytes(bytes) + ")", 12) + "</span> read in <span class=\"v\">" + fit(secs, 14) +
+         "</span> s. A page is kept once built; a changed shard makes it fail with ESTALE. A mount with "
+         "<code>-o report=off</code> has no report pages.</p>\n";
+}
+
+}  // namespace
+
+std::string tag_report(const MountedTag& t, const TagFigures* figures) {
+  const ds::TagIndex& ix = *t.index;
+  const std::vector<LayerFigures> layers = figures ? figures->layers : report_layers(ix, false);
+  std::string body =
+      "<h1>Report of <code>" + escape(ix.tag) + "</code></h1>\n<p class=\"note\">Made up by " +
+      "zeromount from the shards of this tag: nothing here is stored. <a href=\"#run\">Run</a> &middot; " +
+      "<a href=\"#layers\">Layers</a> &middot; <a href=\"#params\">Parameters</a> &middot; " +
+      "<a href=\"#cost\">Cost</a></p>\n" + run_section(ix, figures);
+  body += "<h2 id=\"layers\">Layers</h2>\n";
+  if (!layers.empty()) {
+    body += layer_chart(layers, "Weight norm (L2 of the finite fp32 values)", false, figures);
+    body += has_update(ix)
+                ? layer_chart(layers, "Update size (mean of |exp_avg| / (sqrt(exp_avg_sq) + eps))", true, figures)
+                : "<p class=\"note\">No update sizes: the tag holds no exp_avg and exp_avg_sq.</p>\n";
+  }
+  body += params_section(ix, figures, layers) + cost_section(ix, figures);
+  return html::page(ix.tag + " - zeromount report", body);
+}
+
+}  // namespace zm::view

@@ -1,0 +1,95 @@
+// report.html (issue 22): a page per tag in <T>_params/, a page across the tags of each checkpoint
+// folder beside them, and one in each run folder across the tags of the checkpoint folders below
+// it (a Trainer's output_dir holds one tag per checkpoint-N/). No report file with -o report=off.
+#include <cstring>
+
+#include "zeromount/view/files/report.h"
+#include "zeromount/view/provider.h"
+#include "zeromount/view/view_options.h"
+
+namespace zm::view {
+
+namespace {
+
+constexpr const char* kPage = "report.html";
+
+// Whether everyone `page` lets read it may read `tag`'s shards too (least_of's rule, reversed).
+bool covers(const Access& tag, const Access& page) {
+  const uint32_t p = page.perm & 0444, t = tag.perm & 0444;
+  return (p & ~t) == 0 && (!(p & 0400) || tag.uid == page.uid) && (!(p & 0040) || tag.gid == page.gid);
+}
+
+// The tags a page across tags shows; those whose shards fewer may read than the page go to `left_out`.
+std::vector<NamedTag> shown(const CheckpointFolder& folder, const Access& page, std::vector<std::string>& left_out) {
+  std::vector<NamedTag> tags;
+  for (NamedTag& t : folder.served_tags()) {
+    if (covers(t.tag->files, page))
+      tags.push_back(std::move(t));
+    else
+      left_out.push_back(t.path + ": its shards are readable by fewer users than this page");
+  }
+  return tags;
+}
+
+class ReportProvider final : public Provider {
+ public:
+  const char* kind() const override { return "report"; }
+
+  void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
+    if (!cx.options().report) return;
+    const Inode* params = cx.tree().lookup(cx.dir(), tag.index->tag + "_params");
+    if (!params || !params->made_by || strcmp(params->made_by, "params") != 0) return;
+    const MountedTag* t = &tag;
+    const pt::ExtentReader* files = &cx.files();
+    // Sized by laying the page out without its figures: stat reads no tensor.
+    cx.tree().add_file(
+        params->ino, kPage, cx.mtime(),
+        [t, files] { return report_file(tag_report(*t, tag_figures(*t, *files).get()), t->file_of_shard); },
+        [t] { return uint64_t(tag_report(*t, nullptr).size()); });
+  }
+
+  void add_folder(ProviderContext& cx, const std::vector<const MountedTag*>& tags) const override {
+    if (!cx.options().report) return;
+    std::vector<Access> files;
+    for (const MountedTag* t : tags) files.push_back(t->files);
+    add_across(cx, least_of(files), false);
+  }
+
+  // The checkpoint folders below are indexed to size the page: a listing does not ask its size.
+  void add_run(ProviderContext& cx) const override {
+    if (cx.options().report) add_across(cx, cx.tree().get(cx.dir())->access, true);
+  }
+
+ private:
+  // A live page: the tags it shows are asked for on every open and stat, so that it is never
+  // stale against what the folder serves; their figures are kept by identity (report.h).
+  void add_across(ProviderContext& cx, Access access, bool costly) const {
+    const CheckpointFolder* folder = &cx.folder();
+    const pt::ExtentReader* files = &cx.files();
+    cx.add_made_live_file(
+        kPage, kind(),
+        [folder, files, access] {
+          std::vector<std::string> left_out;
+          const std::vector<NamedTag> tags = shown(*folder, access, left_out);
+          const RunFigures figures = run_figures(tags, *files);
+          std::vector<uint32_t> shards;
+          for (const NamedTag& t : tags)
+            shards.insert(shards.end(), t.tag->file_of_shard.begin(), t.tag->file_of_shard.end());
+          return report_file(run_report(folder->mount_path(), tags, left_out, &figures), std::move(shards));
+        },
+        [folder, access] {
+          std::vector<std::string> left_out;
+          const std::vector<NamedTag> tags = shown(*folder, access, left_out);
+          return uint64_t(run_report(folder->mount_path(), tags, left_out, nullptr).size());
+        },
+        access, costly);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_report_provider() {
+  return std::make_unique<ReportProvider>();
+}
+
+}  // namespace zm::view

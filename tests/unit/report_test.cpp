@@ -1,0 +1,229 @@
+// The report pages' arithmetic against brute force, and their sizes: what stat says (laid out
+// without reading a tensor) is what a reader gets, for every fixture and for hostile values.
+// (tests/py/test_report.py loads the pages in a real browser and checks their numbers.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <random>
+
+#include "helpers.h"
+#include "view_helpers.h"
+#include "zeromount/ds/checkpoint.h"
+#include "zeromount/view/files/report.h"
+#include "zeromount/view/files/stats.h"
+
+namespace zm {
+namespace {
+
+namespace fs = std::filesystem;
+using test::at;
+using test::content_of;
+using test::find;
+using view::GridHistogram;
+
+// Floats across the whole range: both signs, denormals, zeros, the largest finite values.
+std::vector<float> spread_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> v;
+  for (size_t k = 0; k < n; ++k) {
+    uint32_t bits = rng();
+    if ((bits & 0x7F800000u) == 0x7F800000u) bits &= ~0x00800000u;  // no NaN or inf
+    v.push_back(std::bit_cast<float>(bits));
+  }
+  for (float x : {0.0f, -0.0f, 1e-45f, -1e-45f, 3.4028235e38f, -3.4028235e38f, 1.0f, -1.0f}) v.push_back(x);
+  return v;
+}
+
+TEST(GridHistogram, EveryValueLiesInItsBucketAndBucketsFollowTheValues) {
+  std::vector<float> v = spread_values(200000, 1);
+  std::sort(v.begin(), v.end());
+  for (size_t k = 0; k < v.size(); ++k) {
+    const uint32_t b = GridHistogram::bucket(v[k]);
+    ASSERT_LE(GridHistogram::lower(b), double(v[k])) << v[k];
+    ASSERT_LT(double(v[k]), GridHistogram::lower(b + 1)) << v[k];
+    if (k) {
+      ASSERT_LE(GridHistogram::bucket(v[k - 1]), b) << v[k - 1] << " " << v[k];
+    }
+  }
+}
+
+TEST(GridHistogram, TheMedianBucketHoldsTheMiddleValue) {
+  for (uint32_t seed : {2u, 3u, 4u}) {
+    std::mt19937 rng(seed);
+    std::lognormal_distribution<float> d(-3, 2);
+    std::vector<float> v(100001 + seed);
+    for (float& x : v) x = d(rng) * (rng() & 1 ? 1 : -1);
+    v.push_back(NAN);  // not counted
+    GridHistogram h;
+    h.add(v.data(), v.size());
+    v.pop_back();
+    ASSERT_EQ(h.total(), v.size());
+    const size_t k = (v.size() - 1) / 2;
+    std::nth_element(v.begin(), v.begin() + long(k), v.end());
+    const uint32_t b = h.bucket_of_rank(k);
+    EXPECT_LE(GridHistogram::lower(b), v[k]);
+    EXPECT_LT(v[k], GridHistogram::lower(b + 1));
+  }
+}
+
+// Each bin's count is the number of values between its edges, counted directly.
+void expect_exact(const view::Bins& bins, const std::vector<float>& v) {
+  ASSERT_EQ(bins.edges.size(), bins.counts.size() + 1);
+  ASSERT_LE(bins.counts.size(), view::kReportBins);
+  uint64_t total = 0;
+  for (size_t i = 0; i < bins.counts.size(); ++i) {
+    const uint64_t n = uint64_t(std::count_if(
+        v.begin(), v.end(), [&](float x) { return double(x) >= bins.edges[i] && double(x) < bins.edges[i + 1]; }));
+    EXPECT_EQ(bins.counts[i], n) << "bin " << i;
+    EXPECT_LT(bins.edges[i], bins.edges[i + 1]);
+    total += n;
+  }
+  EXPECT_EQ(total, v.size()) << "every value in a bin";
+}
+
+TEST(ReportBins, CountsAreExactForTheEdgesShown) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> w(0.01f, 0.02f);
+  std::lognormal_distribution<float> sq(-18, 3);
+  std::vector<float> weights(50000), moments(50000);
+  for (float& x : weights) x = w(rng);
+  for (float& x : moments) x = sq(rng);
+  moments[0] = 0;
+  for (const auto* v : {&weights, &moments}) {
+    GridHistogram h;
+    h.add(v->data(), v->size());
+    expect_exact(view::linear_bins(h), *v);
+    expect_exact(view::octave_bins(h), *v);
+  }
+  for (const std::vector<float>& few :
+       std::vector<std::vector<float>>{{1.5f}, {2, 2, 2}, {-3e38f, 3e38f}, {0, 1e-40f}}) {
+    GridHistogram h;
+    h.add(few.data(), few.size());
+    expect_exact(view::linear_bins(h), few);
+    expect_exact(view::octave_bins(h), few);
+  }
+}
+
+TEST(ReportStats, BlocksMergeToTheStatisticsOfTheWhole) {
+  std::mt19937 rng(6);
+  std::normal_distribution<double> d(1000, 0.001);  // a large mean: naive sums of squares lose the variance
+  std::vector<float> v(300000);
+  for (float& x : v) x = float(d(rng));
+  v[7] = NAN;
+  v[8] = -INFINITY;
+  view::Stats s;
+  for (size_t at = 0; at < v.size(); at += 65536) s.add(v.data() + at, std::min<size_t>(65536, v.size() - at));
+  double sum = 0, lo = INFINITY, hi = -INFINITY, sq = 0;
+  size_t n = 0;
+  for (float x : v)
+    if (std::isfinite(x))
+      sum += x, sq += double(x) * x, lo = std::min<double>(lo, x), hi = std::max<double>(hi, x), ++n;
+  const double mean = sum / double(n);
+  double m2 = 0;
+  for (float x : v)
+    if (std::isfinite(x)) m2 += (x - mean) * (x - mean);
+  EXPECT_EQ(s.n, n);
+  EXPECT_EQ(s.nan, 1u);
+  EXPECT_EQ(s.inf, 1u);
+  EXPECT_EQ(s.lowest(), lo);
+  EXPECT_EQ(s.highest(), hi);
+  EXPECT_NEAR(s.average(), mean, 1e-9 * std::fabs(mean));
+  EXPECT_NEAR(s.deviation(), std::sqrt(m2 / double(n)), 1e-6 * std::sqrt(m2 / double(n)));
+  EXPECT_NEAR(s.l2(), std::sqrt(sq), 1e-9 * std::sqrt(sq));
+}
+
+// What stat says of every report page of `v` is what a reader reads.
+void expect_sizes_known_at_stat(const view::View& v, const std::vector<std::string>& pages) {
+  for (const auto& page : pages) {
+    const view::Inode& n = at(v, page);
+    const uint64_t said = uint64_t(v.attr(n).st_size);
+    const std::string html = content_of(v, n);
+    EXPECT_EQ(said, html.size()) << page;
+    EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u) << page;
+    EXPECT_EQ(html.find("http"), std::string::npos) << page << ": nothing to fetch";
+  }
+}
+
+TEST(ReportPages, EveryFixtureIsSizedWithoutReadingATensor) {
+  for (const auto& e : fs::directory_iterator(test::kFixtures)) {
+    const std::string ckpt = e.path().string() + "/checkpoint";
+    if (!fs::exists(ckpt + "/latest")) continue;
+    auto v = view::View::load(ckpt);
+    std::vector<std::string> pages;
+    for (const auto& t : ds::scan_checkpoint(ckpt).tags)
+      if (find(*v, "/" + t + "_params")) pages.push_back("/" + t + "_params/report.html");
+    SCOPED_TRACE(ckpt);
+    if (pages.empty()) {  // a refused source (native MoE): nothing served, nothing to report
+      EXPECT_EQ(find(*v, "/report.html"), nullptr);
+      continue;
+    }
+    pages.push_back("/report.html");
+    expect_sizes_known_at_stat(*v, pages);
+  }
+}
+
+// fc1.bias all NaN, one weight of fc1.weight +inf and one -inf, exp_avg_sq of fc2.bias all inf.
+std::string hostile_copy(const std::string& fixture) {
+  const std::string ckpt = test::temp_dir() + "/ckpt";
+  fs::copy(test::kFixtures + "/" + fixture + "/checkpoint", ckpt, fs::copy_options::recursive);
+  auto ix = ds::index_tag(ckpt + "/global_step3");
+  // Element k of a state becomes value(k), where that is not nothing.
+  const auto write = [&](const char* name, size_t state, const std::function<std::optional<float>(uint64_t)>& value) {
+    const ds::Param* p = ix->find(name);
+    uint64_t k = 0;
+    for (const auto& f : ix->fragments(*p, state)) {
+      std::fstream io(ix->shards.at(f.extent.file).path, std::ios::in | std::ios::out | std::ios::binary);
+      for (uint64_t e = 0; e < f.numel; ++e, ++k)
+        if (const std::optional<float> x = value(k)) {
+          io.seekp(std::streamoff(f.extent.offset + e * 4));
+          io.write(reinterpret_cast<const char*>(&*x), 4);
+        }
+    }
+  };
+  write("fc1.bias", 0, [](uint64_t) { return NAN; });
+  write("fc1.weight", 0, [](uint64_t k) -> std::optional<float> {
+    if (k == 3) return INFINITY;
+    if (k == 5) return -INFINITY;
+    return std::nullopt;
+  });
+  write("fc2.bias", 2, [](uint64_t) { return INFINITY; });
+  return ckpt;
+}
+
+TEST(ReportPages, HostileValuesKeepTheSizeAndAreShownAsSuch) {
+  auto v = view::View::load(hostile_copy("z2_ws2_fp32_pg2"));
+  expect_sizes_known_at_stat(*v, {"/report.html", "/global_step3_params/report.html"});
+  const std::string html = content_of(*v, at(*v, "/global_step3_params/report.html"));
+  EXPECT_NE(html.find("<span class=\"v b\"> 30</span>"), std::string::npos) << "30 NaN of fc1.bias, in red";
+}
+
+TEST(ReportPages, NoReportFilesWithReportOff) {
+  view::ViewOptions o;
+  o.report = false;
+  auto v = view::View::load(test::kFixtures + "/z3_ws2_fp32_pg2/checkpoint", o);
+  EXPECT_EQ(find(*v, "/report.html"), nullptr);
+  EXPECT_EQ(find(*v, "/global_step3_params/report.html"), nullptr);
+  EXPECT_NE(find(*v, "/global_step3_params/summary"), nullptr);
+}
+
+TEST(ReportPages, ARunFolderPageIndexesItsCheckpointsWhenStatNotWhenListed) {
+  const std::string src = test::temp_dir() + "/out";
+  fs::copy(test::kFixtures + "/hf/gpt2_z2/run", src, fs::copy_options::recursive);
+  auto v = view::View::load(src);
+  const view::Inode& page = at(*v, "/report.html");
+  EXPECT_FALSE(v->attr_ready(page)) << "a listing does not size it";
+  EXPECT_NE(content_of(*v, at(*v, "/.zeromount/stats")).find("tags_served 0\n"), std::string::npos);
+  expect_sizes_known_at_stat(*v, {"/report.html"});
+  const std::string html = content_of(*v, page);
+  for (const char* tag : {"checkpoint-2/global_step2", "checkpoint-4/global_step4"})
+    EXPECT_NE(html.find(std::string("<code>") + tag + "</code>"), std::string::npos) << tag;
+  EXPECT_NE(content_of(*v, at(*v, "/.zeromount/stats")).find("tags_served 2\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zm
