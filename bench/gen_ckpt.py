@@ -16,7 +16,7 @@ model for every stage and every --dp (only the partitioning changes).
 
 Usage:
   gen_ckpt.py OUT_DIR --stage {1,2,3} --dp W [--params N] [--numel-min a --numel-max b | --sizes L]
-              [--groups G] [--sub-group-size S] [--frozen K] [--seed N] [--tag TAG] [--dtype fp32]
+              [--groups G] [--sub-group-size S] [--frozen K] [--seed N] [--tag TAG] [--dtype fp32|bf16]
               [--expected DIR]
 """
 import argparse
@@ -719,6 +719,10 @@ class Writer:
 
 
 class Stage12Writer(Writer):
+    def master(self, t):
+        """--dtype bf16: the masters and moments stored in bfloat16 (rounded to nearest even)."""
+        return t.to(torch.bfloat16) if self.args.dtype == "bf16" else t
+
     def run(self):
         m, W = self.m, self.W
         A = 2 * W
@@ -782,11 +786,12 @@ class Stage12Writer(Writer):
                         for st in range(3)]
                 fill(bufs, keys, s - off[idx], e - s, s - lo, [ST_FP32, ST_AVG, ST_AVGSQ])
             L = max(0, min(P, N - lo))
-            fp32 = T(bufs[0])[:L].detach()
+            fp32 = self.master(T(bufs[0])[:L]).detach()
             fp32.requires_grad_(True)
             fp32_groups.append(fp32)
             paddings.append(P - L)
-            state[g] = {"step": self.step_tensor(), "exp_avg": T(bufs[1]), "exp_avg_sq": T(bufs[2])}
+            state[g] = {"step": self.step_tensor(), "exp_avg": self.master(T(bufs[1])),
+                        "exp_avg_sq": self.master(T(bufs[2]))}
             pgroups.append(m.param_group(g, [g]))
             mappings.append(OrderedDict(
                 (params[k].name, fragment_address(numel=int(b - a), start=int(a - lo)))
@@ -910,7 +915,10 @@ def write_expected(args, model, writer):
         pd = os.path.join(d, p.name)
         os.makedirs(pd, exist_ok=True)
         for st, nm in enumerate(STATES):
-            np.save(os.path.join(pd, nm + ".npy"), model.full(p, st))
+            full = model.full(p, st)
+            if args.dtype == "bf16":  # what the shards hold, widened back to float32 (exact)
+                full = T(full.copy()).to(torch.bfloat16).float().numpy()
+            np.save(os.path.join(pd, nm + ".npy"), full)
         entries.append({"name": p.name, "shape": list(p.shape), "group": p.group, "ds_id": p.ds_id})
     frozen = []
     for p in model.frozen + ([model.buffer] if model.buffer else []):
@@ -953,7 +961,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=3, help="global_steps / optimizer step (default 3)")
     ap.add_argument("--tag", default=None, help="default global_step<steps>")
-    ap.add_argument("--dtype", default="fp32", choices=("fp32",))
+    ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="masters and optimizer states; bf16 (16-bit masters, a hostile case): stages 1 and 2")
     ap.add_argument("--expected", metavar="DIR", help="also write ground-truth .npy files + manifest.json")
     ap.add_argument("--plain-flat-groups", action="store_true",
                     help="stage 3: pickle fp32_flat_groups as plain tensors (torch<2.0 style, no ds_id)")
@@ -985,6 +994,8 @@ def main(argv=None):
         args.sub_group_size = 1000000000
     if args.tag is None:
         args.tag = f"global_step{args.steps}"
+    if args.dtype == "bf16" and args.stage == 3:
+        ap.error("--dtype bf16 (16-bit masters) is written for stages 1 and 2 only")
 
     t0 = time.time()
     model = Model(args)

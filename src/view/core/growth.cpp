@@ -185,8 +185,9 @@ std::vector<NamedTag> View::served_tags(uint64_t folder) const {
   std::vector<NamedTag> out;
   const auto own = [&](Folder& g, const std::string& prefix) {
     std::lock_guard<std::mutex> scanning(g.scan_mu);  // what is indexed is appended under it
+    // A tag folder deleted since the last rescan (a keep-last-N cleanup) is left out at once.
     for (const auto& t : g.tags)
-      if (g.is_served(t->index->tag)) out.push_back({prefix + t->index->tag, t.get()});
+      if (g.is_served(t->index->tag) && fs::exists(t->index->dir)) out.push_back({prefix + t->index->tag, t.get()});
   };
   own(*f, "");
   if (out.empty() && f->run) {
