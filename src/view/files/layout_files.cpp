@@ -179,7 +179,7 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
   Node* frozen_shapes = ordered_dict(a);
   for (const ds::PlainTensor& f : frozen()) {
     const uint64_t n = f.numel(), es = pt::element_size(f.dtype);
-    set(frozen_shapes, a, f.name.c_str(), torch_size(a, f.shape));
+    add(frozen_shapes, a, f.name.c_str(), torch_size(a, f.shape));
     if (zero3()) {
       module_tensors[f.name] = empty();
       const uint64_t part = ds::zero3_partition(n, W), valid = ds::valid_on_rank(n, part, rank);
@@ -189,7 +189,7 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
       Fill fill{t};
       fill.values(plain_bytes(tag_, f, part * rank * es, valid * es), f.dtype, valid);
       fill.zero((part - valid) * pt::element_size(lp));
-      set(frozen_fragments, a, f.name.c_str(), tensor(a, std::move(t)));
+      add(frozen_fragments, a, f.name.c_str(), tensor(a, std::move(t)));
       continue;
     }
     pt::Tensor t;
@@ -198,7 +198,7 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
     Fill{t}.values(plain_bytes(tag_, f, 0, n * es), f.dtype, n);
     const Node* node = tensor(a, std::move(t));
     module_tensors[f.name] = frozen_full[f.name] = node;
-    set(frozen_fragments, a, f.name.c_str(), node);  // zero2 shares the module's storage
+    add(frozen_fragments, a, f.name.c_str(), node);  // zero2 shares the module's storage
   }
   // Each ZeRO-3 rank keeps its own buffers: at the source's DP size rank r gets rank r's; at any
   // other, no target rank is a source rank, and every file gets rank 0's (as ZeRO-1/2 files do).
@@ -225,20 +225,20 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
     module->entries.emplace_back(k, it->second);
   }
 
-  Node* shapes = a.make(Kind::List);
+  Node* shapes = pt::build::list(a, {});
   auto shape_dict = [&](const std::vector<uint32_t>& params) {
     Node* d = ordered_dict(a);
-    for (uint32_t k : params) set(d, a, ix.params[k].name.c_str(), torch_size(a, ix.params[k].shape));
+    for (uint32_t k : params) add(d, a, ix.params[k].name.c_str(), torch_size(a, ix.params[k].shape));
     shapes->items.push_back(d);
   };
   for (const ds::FlatGroup& g : plan_.groups) shape_dict(g.flat);
   for (const ds::SubGroup& s : plan_.sub_groups) shape_dict(s.params);
 
-  Node* parallel_dimensions = a.make(Kind::Dict);
-  set(parallel_dimensions, a, "pp_degree", a.make_int(1));
-  set(parallel_dimensions, a, "tp_degree", a.make_int(1));
+  Node* parallel_dimensions = pt::build::dict(a);
+  add(parallel_dimensions, a, "pp_degree", a.make_int(1));
+  add(parallel_dimensions, a, "tp_degree", a.make_int(1));
   const bool keeps_frozen = tg.stage == ds::TargetStage::Zero2 || zero3();
-  Node* root = a.make(Kind::Dict);
+  Node* root = pt::build::dict(a);
   for (const auto& [k, v] : src.root->entries) {
     const std::string_view key = k->kind == Kind::Str ? std::string_view(k->s) : std::string_view();
     const Node* out = v;
@@ -247,11 +247,11 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
     else if (key == "param_shapes")
       out = shapes;
     else if (key == "frozen_param_shapes")
-      out = keeps_frozen ? frozen_shapes : a.make(Kind::None);
+      out = keeps_frozen ? frozen_shapes : pt::build::none(a);
     else if (key == "frozen_param_fragments")
-      out = keeps_frozen ? frozen_fragments : a.make(Kind::None);
+      out = keeps_frozen ? frozen_fragments : pt::build::none(a);
     else if (key == "shared_params" && zero3() && rank != 0)
-      out = a.make(Kind::Dict);
+      out = pt::build::dict(a);
     else if (key == "dp_world_size")
       out = a.make_int(int64_t(W));
     else if (key == "mp_world_size")

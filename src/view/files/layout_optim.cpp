@@ -57,27 +57,27 @@ const pt::Node* LayoutTag::optim_states(uint32_t rank, pt::Arena& a) const {
       case ds::StepValue::None:
         break;
     }
-    return a.make(Kind::None);
+    return pt::build::none(a);
   };
   // SRC's hyper-parameters of group g, in SRC's order, then 'params'.
   auto param_group = [&](size_t g, Node* params) {
     const Node* groups = ix.param_groups;
     if (!groups || groups->kind != Kind::List || g >= groups->items.size())
       throw Error(ix.dir + ": the source's param_groups do not cover group " + std::to_string(g), EIO);
-    Node* d = a.make(Kind::Dict);
+    Node* d = pt::build::dict(a);
     for (const auto& [k, v] : groups->items[g]->entries)
       if (!(k->kind == Kind::Str && k->s == "params")) d->entries.emplace_back(k, v);
-    set(d, a, "params", params);
+    add(d, a, "params", params);
     return d;
   };
   // The state of the source group (or sub-group) `first_param` belongs to: its per-group values,
   // then its partitioned tensors; {} when the source never stepped.
   auto state_entry = [&](uint32_t first_param, const std::function<const Node*(size_t)>& state_tensor) {
-    Node* d = a.make(Kind::Dict);
+    Node* d = pt::build::dict(a);
     if (!ix.has_state()) return d;
     const auto& values = ix.scalars.at(size_t(ix.params.at(first_param).step));
-    for (size_t k = 0; k < values.size(); ++k) set(d, a, ix.scalar_names[k].c_str(), scalar(values[k]));
-    for (size_t k = 1; k < states; ++k) set(d, a, ix.state_names[k].c_str(), state_tensor(k));
+    for (size_t k = 0; k < values.size(); ++k) add(d, a, ix.scalar_names[k].c_str(), scalar(values[k]));
+    for (size_t k = 1; k < states; ++k) add(d, a, ix.state_names[k].c_str(), state_tensor(k));
     return d;
   };
 
@@ -92,25 +92,25 @@ const pt::Node* LayoutTag::optim_states(uint32_t rank, pt::Arena& a) const {
     const Node* d = meta_get("dynamic_loss_scale");
     dynamic = d && d->kind == Kind::Bool && d->b;
   } else if (tg.precision == ds::Precision::Fp16) {
-    Node* s = a.make(Kind::Dict);
-    set(s, a, "cur_scale", real(a, 65536.0));
-    set(s, a, "dynamic", boolean(a, true));
-    set(s, a, "cur_iter", a.make_int(0));
-    set(s, a, "last_overflow_iter", a.make_int(-1));
-    set(s, a, "scale_factor", real(a, 2.0));
-    set(s, a, "scale_window", a.make_int(1000));
-    set(s, a, "min_scale", a.make_int(1));
-    set(s, a, "delayed_shift", a.make_int(2));
-    set(s, a, "cur_hysteresis", a.make_int(2));
-    set(s, a, "consecutive_hysteresis", boolean(a, false));
-    set(s, a, "raise_error_at_min_scale", boolean(a, true));
-    set(s, a, "dtype", a.make_global("torch", "float16"));
+    Node* s = pt::build::dict(a);
+    add(s, a, "cur_scale", real(a, 65536.0));
+    add(s, a, "dynamic", boolean(a, true));
+    add(s, a, "cur_iter", a.make_int(0));
+    add(s, a, "last_overflow_iter", a.make_int(-1));
+    add(s, a, "scale_factor", real(a, 2.0));
+    add(s, a, "scale_window", a.make_int(1000));
+    add(s, a, "min_scale", a.make_int(1));
+    add(s, a, "delayed_shift", a.make_int(2));
+    add(s, a, "cur_hysteresis", a.make_int(2));
+    add(s, a, "consecutive_hysteresis", boolean(a, false));
+    add(s, a, "raise_error_at_min_scale", boolean(a, true));
+    add(s, a, "dtype", a.make_global("torch", "float16"));
     scaler = new_object(a, "deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler", s);
     dynamic = true;
   } else {
-    Node* s = a.make(Kind::Dict);
-    set(s, a, "cur_scale", real(a, 1.0));
-    set(s, a, "dynamic", boolean(a, false));
+    Node* s = pt::build::dict(a);
+    add(s, a, "cur_scale", real(a, 1.0));
+    add(s, a, "dynamic", boolean(a, false));
     scaler = new_object(a, "deepspeed.runtime.fp16.loss_scaler", "LossScaler", s);
   }
   const Node* overflow = meta_get("overflow");
@@ -122,10 +122,10 @@ const pt::Node* LayoutTag::optim_states(uint32_t rank, pt::Arena& a) const {
     clip = c && c->kind == Kind::Float ? c : real(a, c && c->kind == Kind::Int ? double(c->i) : 0.0);
   }
 
-  Node* O = a.make(Kind::Dict);
+  Node* O = pt::build::dict(a);
   if (zero3()) {
-    Node* state = a.make(Kind::Dict);
-    Node* fp32 = a.make(Kind::List);
+    Node* state = pt::build::dict(a);
+    Node* fp32 = pt::build::list(a, {});
     for (size_t s = 0; s < plan_.sub_groups.size(); ++s) {
       const ds::RankSubGroup rs = ds::rank_sub_group(plan_, ix, rank, s);
       const ds::SubGroup& sg = plan_.sub_groups[s];
@@ -137,32 +137,32 @@ const pt::Node* LayoutTag::optim_states(uint32_t rank, pt::Arena& a) const {
       t.requires_grad = true;
       fp32->items.push_back(tensor(a, std::move(t)));
     }
-    Node* groups = a.make(Kind::List);
+    Node* groups = pt::build::list(a, {});
     for (size_t g = 0; g < plan_.group_sub_groups.size(); ++g) {
       std::vector<int64_t> ids(plan_.group_sub_groups[g].begin(), plan_.group_sub_groups[g].end());
       groups->items.push_back(param_group(g, int_list(a, ids)));
     }
-    Node* osd = a.make(Kind::Dict);
-    set(osd, a, "state", state);
-    set(osd, a, "param_groups", groups);
-    set(O, a, "zero_stage", zero_stage(a, 3));
-    set(O, a, "loss_scaler", scaler);
-    set(O, a, "dynamic_loss_scale", boolean(a, dynamic));
-    set(O, a, "overflow", overflow);
-    set(O, a, "partition_count", a.make_int(int64_t(tg.dp)));
-    set(O, a, "optimizer_state_dict", osd);
-    set(O, a, "fp32_flat_groups", fp32);
+    Node* osd = pt::build::dict(a);
+    add(osd, a, "state", state);
+    add(osd, a, "param_groups", groups);
+    add(O, a, "zero_stage", zero_stage(a, 3));
+    add(O, a, "loss_scaler", scaler);
+    add(O, a, "dynamic_loss_scale", boolean(a, dynamic));
+    add(O, a, "overflow", overflow);
+    add(O, a, "partition_count", a.make_int(int64_t(tg.dp)));
+    add(O, a, "optimizer_state_dict", osd);
+    add(O, a, "fp32_flat_groups", fp32);
   } else {
     const bool bf16opt = tg.stage == ds::TargetStage::Bf16Opt;
     // An elastic source is written in its own form (a list of per-group states cut to the valid
     // elements): the rigid form needs the param groups' hyper-parameters, which it did not save.
     const bool elastic = ix.elastic;
     Node* state = a.make(elastic ? Kind::List : Kind::Dict);
-    Node* groups = a.make(Kind::List);
-    Node* fp32 = a.make(Kind::List);
-    Node* paddings = a.make(Kind::List);
-    Node* counts = a.make(Kind::List);
-    Node* mappings = a.make(Kind::List);
+    Node* groups = pt::build::list(a, {});
+    Node* fp32 = pt::build::list(a, {});
+    Node* paddings = pt::build::list(a, {});
+    Node* counts = pt::build::list(a, {});
+    Node* mappings = pt::build::list(a, {});
     // The first `numel` elements of a padded partition: a view that keeps the whole storage, as
     // torch.save keeps the storage of DeepSpeed's cut tensors.
     auto view = [&](pt::Tensor padded, uint64_t numel, bool requires_grad) {
@@ -190,42 +190,42 @@ const pt::Node* LayoutTag::optim_states(uint32_t rank, pt::Arena& a) const {
       counts->items.push_back(a.make_int(int64_t(tg.dp)));
       Node* m = ordered_dict(a);
       for (const ds::FragmentAddress& f : rp.mappings) {
-        Node* addr = a.make(Kind::Dict);
-        set(addr, a, "numel", a.make_int(int64_t(f.numel)));
-        set(addr, a, "start", a.make_int(int64_t(f.start)));
-        set(m, a, ix.params[f.param].name.c_str(),
+        Node* addr = pt::build::dict(a);
+        add(addr, a, "numel", a.make_int(int64_t(f.numel)));
+        add(addr, a, "start", a.make_int(int64_t(f.start)));
+        add(m, a, ix.params[f.param].name.c_str(),
             new_object(a, "deepspeed.utils.tensor_fragment", "fragment_address", addr));
       }
       mappings->items.push_back(m);
     }
     Node* base = state;
     if (!elastic) {
-      base = a.make(Kind::Dict);
-      set(base, a, "state", state);
-      set(base, a, "param_groups", groups);
+      base = pt::build::dict(a);
+      add(base, a, "state", state);
+      add(base, a, "param_groups", groups);
     }
     if (!bf16opt) {
-      set(O, a, "loss_scaler", scaler);
-      set(O, a, "dynamic_loss_scale", boolean(a, dynamic));
-      set(O, a, "overflow", overflow);
+      add(O, a, "loss_scaler", scaler);
+      add(O, a, "dynamic_loss_scale", boolean(a, dynamic));
+      add(O, a, "overflow", overflow);
     }
-    set(O, a, "clip_grad", clip);
-    set(O, a, "base_optimizer_state", base);
+    add(O, a, "clip_grad", clip);
+    add(O, a, "base_optimizer_state", base);
     // An elastic save's param-group 'step' (FusedAdam keeps one), which a rigid engine requires.
     if (const Node* step = meta_get("base_optimizer_state_step"); elastic && step)
-      set(O, a, "base_optimizer_state_step", step);
-    set(O, a, "single_partition_of_fp32_groups", fp32);
-    if (!bf16opt) set(O, a, "zero_stage", zero_stage(a, tg.stage == ds::TargetStage::Zero1 ? 1 : 2));
-    set(O, a, "group_paddings", paddings);
-    set(O, a, "partition_count", counts);
-    set(O, a, "ds_version", a.make_str(ix.ds_version));
-    set(O, a, "param_slice_mappings", mappings);
+      add(O, a, "base_optimizer_state_step", step);
+    add(O, a, "single_partition_of_fp32_groups", fp32);
+    if (!bf16opt) add(O, a, "zero_stage", zero_stage(a, tg.stage == ds::TargetStage::Zero1 ? 1 : 2));
+    add(O, a, "group_paddings", paddings);
+    add(O, a, "partition_count", counts);
+    add(O, a, "ds_version", a.make_str(ix.ds_version));
+    add(O, a, "param_slice_mappings", mappings);
   }
-  Node* root = a.make(Kind::Dict);
-  set(root, a, "optimizer_state_dict", O);
-  set(root, a, "ds_config", config ? config : a.make(Kind::None));
+  Node* root = pt::build::dict(a);
+  add(root, a, "optimizer_state_dict", O);
+  add(root, a, "ds_config", config ? config : pt::build::none(a));
   const Node* version = src.root->get("ds_version");
-  set(root, a, "ds_version", version ? version : a.make_str(ix.ds_version));
+  add(root, a, "ds_version", version ? version : a.make_str(ix.ds_version));
   return root;
 }
 

@@ -9,6 +9,7 @@
 
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/ds/target_layout.h"
+#include "zeromount/pt/build.h"
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/value.h"
@@ -72,52 +73,16 @@ inline std::vector<pt::Extent> plain_bytes(const MountedTag& t, const ds::PlainT
 
 // --- pickle values --------------------------------------------------------------------------
 
-inline void set(Node* dict, pt::Arena& a, const char* key, const Node* value) {
-  dict->entries.emplace_back(a.make_str(key), value);
-}
-inline Node* ordered_dict(pt::Arena& a) {
-  Node* d = a.make(Kind::Dict);
-  d->b = true;
-  return d;
-}
-inline Node* boolean(pt::Arena& a, bool v) {
-  Node* n = a.make(Kind::Bool);
-  n->b = v;
-  return n;
-}
-inline Node* real(pt::Arena& a, double v) {
-  Node* n = a.make(Kind::Float);
-  n->f = v;
-  return n;
-}
-inline Node* tuple(pt::Arena& a, std::vector<const Node*> items) {
-  Node* n = a.make(Kind::Tuple);
-  n->items = std::move(items);
-  return n;
-}
-inline Node* int_list(pt::Arena& a, const std::vector<int64_t>& v) {
-  Node* n = a.make(Kind::List);
-  for (int64_t x : v) n->items.push_back(a.make_int(x));
-  return n;
-}
-// torch.Size(dims): REDUCE of GLOBAL 'torch Size' on a tuple of ints.
-inline Node* torch_size(pt::Arena& a, const std::vector<int64_t>& dims) {
-  std::vector<const Node*> d;
-  for (int64_t x : dims) d.push_back(a.make_int(x));
-  Node* n = a.make(Kind::Object);
-  n->callee = a.make_global("torch", "Size");
-  n->args = tuple(a, {tuple(a, std::move(d))});
-  return n;
-}
-// A dataclass or plain object as protocol 2 pickles it: NEWOBJ of the class, BUILD of its __dict__.
-inline Node* new_object(pt::Arena& a, const char* module, const char* cls, const Node* state) {
-  Node* n = a.make(Kind::Object);
-  n->how = pt::Build::NewObj;
-  n->callee = a.make_global(module, cls);
-  n->args = tuple(a, {});
-  n->state = state;
-  return n;
-}
+// The pickle values of DeepSpeed's files: pt's builder vocabulary, and what only these files hold.
+using pt::build::add;
+using pt::build::boolean;
+using pt::build::int_list;
+using pt::build::new_object;
+using pt::build::ordered_dict;
+using pt::build::real;
+using pt::build::torch_size;
+using pt::build::tuple;
+
 inline Node* zero_stage(pt::Arena& a, int stage) {
   Node* n = a.make(Kind::Object);
   n->callee = a.make_global("deepspeed.runtime.zero.config", "ZeroStageEnum");
