@@ -1,5 +1,7 @@
 #include "zeromount/pt/build.h"
 
+#include "zeromount/pt/convert.h"
+
 namespace zm::pt::build {
 
 Node* dict(Arena& a) {
@@ -89,6 +91,15 @@ Node* tensor(Arena& a, DType dtype, std::vector<int64_t> shape, std::vector<Exte
   t.shape = std::move(shape);
   t.data = std::move(data);
   return a.make_tensor_node(std::move(t));
+}
+
+void Fill::values(std::vector<Extent> source, DType from, uint64_t numel) {
+  if (!numel) return;
+  if (from == t.dtype) {
+    for (const auto& e : source) bytes(e);
+    return;
+  }
+  t.append_computed(std::make_shared<ConvertedExtents>(std::move(source), from, t.dtype, numel, "layouts"));
 }
 
 }  // namespace zm::pt::build

@@ -116,6 +116,11 @@ struct PlainTensor {
   }
 };
 
+// Shard extents of elements [from, from + count) of a flat state made of `frags`; throws EIO
+// when the fragments do not cover them.
+std::vector<pt::Extent> element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count,
+                                        uint64_t element_size);
+
 struct TagIndex {
   std::string tag;  // folder name, e.g. global_step3
   std::string dir;  // absolute path of the tag folder

@@ -32,4 +32,18 @@ Node* new_object(Arena& a, std::string_view module, std::string_view cls, const 
 // A tensor whose bytes are `data` (extents, zero fill, computed pieces: virtual_file.h).
 Node* tensor(Arena& a, DType dtype, std::vector<int64_t> shape, std::vector<Extent> data);
 
+// A tensor's data as it is assembled: source extents, zero fill and computed pieces.
+struct Fill {
+  Tensor& t;
+  void bytes(const Extent& e) {
+    if (e.length) t.data.push_back(e);
+  }
+  void zero(uint64_t n) {
+    if (n) t.data.push_back({kZeroFill, 0, n});
+  }
+  // `numel` elements stored as `source` in dtype `from`, in the tensor's dtype: another dtype is
+  // computed when read (a 16-bit module weight made from its fp32 master, spec §4.1).
+  void values(std::vector<Extent> source, DType from, uint64_t numel);
+};
+
 }  // namespace zm::pt::build

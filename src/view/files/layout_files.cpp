@@ -5,13 +5,73 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <string>
 #include <unordered_set>
+#include <vector>
 
-#include "layout_values.h"
+#include "zeromount/ds/optim_file.h"
 #include "zeromount/ds/shard_names.h"
+#include "zeromount/ds/tag_index.h"
+#include "zeromount/ds/target_layout.h"
+#include "zeromount/pt/build.h"
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_writer.h"
+#include "zeromount/pt/value.h"
+#include "zeromount/view/mounted_tag.h"
+
+// The pieces the faked layout files are made of: tensors assembled from source extents, zero fill and
+// computed bytes, and the pickle values DeepSpeed's files hold.
+namespace zm::view::layout {
+
+using pt::Kind;
+using pt::Node;
+
+// --- tensors from pieces -------------------------------------------------------------------
+
+using pt::build::Fill;
+
+// File-table extents of elements [from, from + count) of a flat state made of `frags`.
+inline std::vector<pt::Extent> elements(const MountedTag& t, const std::vector<ds::Fragment>& frags, uint64_t from,
+                                        uint64_t count, uint64_t es) {
+  std::vector<pt::Extent> out = ds::element_extents(frags, from, count, es);
+  for (auto& e : out) e = t.map(e);
+  return out;
+}
+
+// Bytes [from, from + n) of a plain tensor's concatenated extents, in file-table ids.
+inline std::vector<pt::Extent> plain_bytes(const MountedTag& t, const ds::PlainTensor& p, uint64_t from, uint64_t n) {
+  std::vector<pt::Extent> out;
+  uint64_t at = 0;
+  for (const pt::Extent& e : p.data) {
+    const uint64_t lo = std::max(from, at), hi = std::min(from + n, at + e.length);
+    if (lo < hi) out.push_back(t.map({e.file, e.offset + (lo - at), hi - lo}));
+    at += e.length;
+  }
+  return out;
+}
+
+// --- pickle values --------------------------------------------------------------------------
+
+// The pickle values of DeepSpeed's files: pt's builder vocabulary, and what only these files hold.
+using pt::build::add;
+using pt::build::ordered_dict;
+using pt::build::torch_size;
+
+inline Node* tensor(pt::Arena& a, pt::Tensor t) {
+  return a.make_tensor_node(std::move(t));
+}
+
+inline pt::DType lp_dtype(ds::Precision p) {
+  return p == ds::Precision::Fp32 ? pt::DType::F32 : p == ds::Precision::Bf16 ? pt::DType::BF16 : pt::DType::F16;
+}
+
+inline std::string stem(const std::string& name) {
+  return std::filesystem::path(name).stem().string();
+}
+
+}  // namespace zm::view::layout
 
 namespace zm::view {
 
@@ -261,6 +321,13 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
     root->entries.emplace_back(k, out);
   }
   return root;
+}
+
+// The optimizer-state files are DeepSpeed's schemas (ds/optim_file.h), over this view's files.
+const pt::Node* LayoutTag::optim_states(uint32_t rank, pt::Arena& a) const {
+  const ds::OptimSource src{*tag_.index, plan_, options_, source_model().root,
+                            [this](const pt::Extent& e) { return tag_.map(e); }};
+  return ds::optim_states_pickle(a, src, rank);
 }
 
 }  // namespace zm::view
