@@ -15,10 +15,15 @@ void Tensor::append_computed(std::shared_ptr<const Computed> c) {
   computed.push_back(std::move(c));
 }
 
-uint64_t Tensor::numel() const {
+uint64_t numel(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
-  for (int64_t d : shape) n *= uint64_t(d);
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, uint64_t(d), &n)) throw FormatError("shape numel overflows");
   return n;
+}
+
+uint64_t Tensor::numel() const {
+  return pt::numel(shape);
 }
 
 bool Tensor::contiguous() const {

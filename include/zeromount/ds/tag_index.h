@@ -109,11 +109,7 @@ struct PlainTensor {
   pt::DType dtype = pt::DType::F32;
   std::vector<int64_t> shape;
   std::vector<pt::Extent> data;  // concatenated, then cut to numel
-  uint64_t numel() const {
-    uint64_t n = 1;
-    for (int64_t d : shape) n *= uint64_t(d);
-    return n;
-  }
+  uint64_t numel() const { return pt::numel(shape); }
 };
 
 // Shard extents of elements [from, from + count) of a flat state made of `frags`; throws EIO

@@ -60,6 +60,10 @@ struct Tensor {
   uint64_t byte_offset() const { return record_offset + uint64_t(storage_offset) * element_size(dtype); }
 };
 
+// The number of elements of a tensor of `shape` (1 for a 0-d tensor); throws FormatError when a
+// pickle's shape overflows 64 bits.
+uint64_t numel(const std::vector<int64_t>& shape);
+
 enum class Kind : uint8_t {
   None,
   Bool,

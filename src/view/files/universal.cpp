@@ -39,8 +39,7 @@ std::vector<ds::RankBytes> rank_bytes(const MountedTag& t, const ds::Param& p, s
   std::vector<ds::RankBytes> out;
   const uint64_t es = pt::element_size(t.index->master_dtype);
   for (const auto& s : p.slices) {
-    uint64_t n = 1;
-    for (int64_t d : s.shape) n *= uint64_t(d);
+    const uint64_t n = pt::numel(s.shape);
     std::vector<pt::Extent> ext;
     ds::slice_extents(s.stored.at(state), 0, n, es, ext);
     for (auto& e : ext) e = t.map(e);
