@@ -179,9 +179,9 @@ void raise_fd_limit() {
 void check_layouts_dir(const view::View& view, const std::string& name) {
   if (name == view::ViewOptions{}.layouts_dir) return;
   const view::Inode* had = view.tree().lookup(view::Tree::kRoot, name);
-  if (!had || (had->made_by && std::string_view(had->made_by) == "layouts")) return;
+  if (!had || (had->made_by && had->made_by->kind() == "layouts")) return;
   throw UsageError("-o layouts_dir: '" + name + "' is already a name in the view (" +
-                   (had->made_by ? "a made-up " + std::string(had->made_by) + " folder" : "an entry of SRC") +
+                   (had->made_by ? "a made-up " + std::string(had->made_by->kind()) + " folder" : "an entry of SRC") +
                    "); choose another name");
 }
 

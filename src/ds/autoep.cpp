@@ -5,6 +5,7 @@
 
 #include "parallel.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/text.h"
 
 namespace zm::ds {
 
@@ -15,12 +16,6 @@ const char* const kLightFields[] = {"moe_layer_id", "module_path",       "expert
                                     "num_experts",  "num_local_experts", "ep_size"};
 
 // Python's tuple repr of a shape, for messages that read like DeepSpeed's: (2, 24, 16), (2,).
-std::string py_tuple(const Shape& s) {
-  std::string o = "(";
-  for (size_t k = 0; k < s.size(); ++k) o += (k ? ", " : "") + std::to_string(s[k]);
-  return o + (s.size() == 1 ? ",)" : ")");
-}
-
 int64_t positive(const Field& entry, const char* key, const std::string& prefix) {
   const Field v = entry[key];
   if (!v.is(pt::Kind::Int) || v.node()->i < 1)
@@ -103,10 +98,10 @@ void merge_autoep_expert(const TagIndex& index, Param& np, const Shape& local,
                          bool data_before_expert) {
   const std::string& dir = index.dir;
   if (local.empty() || local[0] != x.num_local)
-    throw FormatError(where(dir, "AutoEP local shape mismatch for " + np.name + ": shape=" + py_tuple(local) +
+    throw FormatError(where(dir, "AutoEP local shape mismatch for " + np.name +
+                                     ": shape=" + pt::shape_tuple_text(local) +
                                      ", num_local_experts=" + std::to_string(x.num_local) + "."));
-  uint64_t want = 1;
-  for (int64_t d : local) want *= uint64_t(d);
+  const uint64_t want = pt::numel(local);
   for (int e = 0; e < int(x.ep_size); ++e) {
     TpSlice slice;
     slice.shape = local;

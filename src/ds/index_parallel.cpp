@@ -14,6 +14,7 @@
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/tp_merge.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/text.h"
 
 namespace zm::ds {
 
@@ -63,12 +64,6 @@ struct Holder {
   std::vector<std::vector<Fragment>> stored;  // dp ranks in Fragment::rank
   int group = 0, step = -1;
 };
-
-std::string py_shape(const Shape& s) {
-  std::string o = "[";
-  for (size_t k = 0; k < s.size(); ++k) o += (k ? ", " : "") + std::to_string(s[k]);
-  return o + "]";
-}
 
 class Grid {
  public:
@@ -277,8 +272,8 @@ class Grid {
       for (const auto& h : hs)
         if (h.shape != slice.shape)
           throw FormatError(where(ix_.dir, "Pipeline replicas of " + np.name + " on tp rank " + std::to_string(t) +
-                                               " disagree on shape: " + py_shape(slice.shape) + " vs " +
-                                               py_shape(h.shape)));
+                                               " disagree on shape: " + pt::shape_text(slice.shape) + " vs " +
+                                               pt::shape_text(h.shape)));
       for (int d = 0; d < ix_.dp; ++d) {
         const Holder* pick = nullptr;
         size_t at = 0;
@@ -296,11 +291,11 @@ class Grid {
           slice.stored[k].push_back(f);
         }
       }
-      uint64_t have = 0, want = 1;
+      uint64_t have = 0;
       for (const auto& f : slice.stored[0]) have += f.numel;
-      for (int64_t dim : slice.shape) want *= uint64_t(dim);
+      const uint64_t want = pt::numel(slice.shape);
       if (have != want)
-        throw FormatError(where(ix_.dir, np.name + ": RuntimeError: shape '" + py_shape(slice.shape) +
+        throw FormatError(where(ix_.dir, np.name + ": RuntimeError: shape '" + pt::shape_text(slice.shape) +
                                              "' is invalid for input of size " + std::to_string(have) +
                                              " (DeepSpeed's converter mixes the ZeRO fragments of pipeline stages that "
                                              "split this tied parameter differently; list it in "

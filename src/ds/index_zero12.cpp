@@ -59,7 +59,7 @@ void read_trainable(TagIndex& index, const Field& root) {
     for (const auto& [name, shape] : groups[g]) {
       if (!seen.emplace(name, index.params.size()).second)
         root["param_shapes"].fail("parameter '" + name + "' appears twice");
-      index.params.push_back(Param{name, shape, numel_of(shape), int(g), -1, int(g), {}});
+      index.params.push_back(Param{name, shape, pt::numel(shape), int(g), -1, int(g), {}});
     }
 }
 
@@ -73,7 +73,7 @@ void read_frozen_fragments(TagIndex& index, const OpenShard& model) {
   for (const auto& [name, shape] : shapes->items()) {
     const Field t = frags[name];
     PlainTensor f{name, t.as_tensor().dtype, shape.as_shape(), {}};
-    f.data.push_back(ShardSet::slice(t, model.id, 0, numel_of(f.shape), "frozen parameter " + name));
+    f.data.push_back(ShardSet::slice(t, model.id, 0, pt::numel(f.shape), "frozen parameter " + name));
     index.frozen.push_back(std::move(f));
   }
 }

@@ -111,7 +111,7 @@ void read_rank_model_files(TagIndex& index, ShardSet& shards, const TagFiles& fi
       const Field frags = model.root()["frozen_param_fragments"];
       for (auto& f : index.frozen) {
         const Field t = frags[f.name];
-        const uint64_t n = numel_of(f.shape), part = zero3_partition(n, uint64_t(index.dp));
+        const uint64_t n = pt::numel(f.shape), part = zero3_partition(n, uint64_t(index.dp));
         f.dtype = t.as_tensor().dtype;
         if (const uint64_t valid = valid_on_rank(n, part, r))
           f.data.push_back(ShardSet::slice(t, model.id, 0, valid, "frozen parameter " + f.name));
@@ -152,7 +152,7 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
   index.num_groups = int(groups.size());
   for (size_t s = 0; s < subgroups.size(); ++s)
     for (const auto& [name, shape] : subgroups[s])
-      index.params.push_back(Param{name, shape, numel_of(shape), group_of[s], int(s), int(s), 0, {}});
+      index.params.push_back(Param{name, shape, pt::numel(shape), group_of[s], int(s), int(s), 0, {}});
   if (index.params.empty()) throw FormatError(where(files.model[0], "param_shapes lists no trainable parameters"));
   index.optim_meta = copy_meta(index.arena, osd0);
   index.param_groups = index.arena.copy(groups.node());

@@ -12,13 +12,6 @@
 
 namespace zm::ds {
 
-uint64_t numel_of(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape)
-    if (__builtin_mul_overflow(n, uint64_t(d), &n)) throw FormatError("shape numel overflows");
-  return n;
-}
-
 std::vector<ShapeList> read_param_shapes(const Field& root) {
   const Field shapes = root["param_shapes"];
   std::vector<ShapeList> out;

@@ -35,7 +35,6 @@ void check_state_keys(const TagIndex& index, const StateKeys& keys, const Field*
                       uint64_t partition);
 // One group's values of TagIndex::scalar_names (none for a group without state).
 std::vector<StepValue> read_scalars(const TagIndex& index, const Field* state, uint32_t shard);
-uint64_t numel_of(const std::vector<int64_t>& shape);
 
 // The one mixed-dtype check: `tensor` must be `want`, the dtype of `whose` (e.g. "the master weights").
 void require_dtype(const Field& tensor, pt::DType want, const std::string& whose);

@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "model_states.h"
+#include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
 
 namespace zm::ds {
@@ -145,6 +146,27 @@ LossScaler read_loss_scaler(const Field& osd) {
     ls.raise_error_at_min_scale = boolean(f->attr("raise_error_at_min_scale"));
   if (n->state->get("dtype")) ls.dtype = torch_dtype(f->attr("dtype"));
   return ls;
+}
+
+const pt::Node* loss_scaler_pickle(pt::Arena& a, const LossScaler& s) {
+  namespace build = pt::build;
+  pt::Node* st = build::dict(a);
+  build::add(st, a, "cur_scale", build::real(a, s.cur_scale));
+  build::add(st, a, "dynamic", build::boolean(a, s.dynamic));
+  if (s.kind != LossScaler::Dynamic) return build::new_object(a, kModule, "LossScaler", st);
+  build::add(st, a, "cur_iter", a.make_int(s.cur_iter));
+  build::add(st, a, "last_overflow_iter", a.make_int(s.last_overflow_iter));
+  build::add(st, a, "scale_factor", build::real(a, s.scale_factor));
+  build::add(st, a, "scale_window", a.make_int(s.scale_window));
+  // min_loss_scale comes from the config, where DeepSpeed's default is the int 1.
+  const bool whole = s.min_scale == double(int64_t(s.min_scale));
+  build::add(st, a, "min_scale", whole ? a.make_int(int64_t(s.min_scale)) : build::real(a, s.min_scale));
+  build::add(st, a, "delayed_shift", a.make_int(s.delayed_shift));
+  build::add(st, a, "cur_hysteresis", a.make_int(s.cur_hysteresis));
+  build::add(st, a, "consecutive_hysteresis", build::boolean(a, s.consecutive_hysteresis));
+  build::add(st, a, "raise_error_at_min_scale", build::boolean(a, s.raise_error_at_min_scale));
+  build::add(st, a, "dtype", a.make_global("torch", std::string(pt::dtype_name(s.dtype))));
+  return build::new_object(a, kModule, "DynamicLossScaler", st);
 }
 
 }  // namespace zm::ds

@@ -88,4 +88,18 @@ const Param* TagIndex::find(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<pt::Extent> element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count,
+                                        uint64_t es) {
+  std::vector<pt::Extent> out;
+  uint64_t have = 0;
+  for (const Fragment& f : frags) {
+    const uint64_t lo = std::max(from, f.start), hi = std::min(from + count, f.start + f.numel);
+    if (lo >= hi) continue;
+    out.push_back({f.extent.file, f.extent.offset + (lo - f.start) * es, (hi - lo) * es});
+    have += hi - lo;
+  }
+  if (have != count) throw Error("the index does not cover a parameter's elements", EIO);
+  return out;
+}
+
 }  // namespace zm::ds

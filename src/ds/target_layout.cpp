@@ -257,10 +257,7 @@ TargetLayout source_layout(const TagIndex& index, const SourceOptions& o) {
     t.precision = Precision::Bf16;
   } else {
     // Without a config, only a dynamic loss scaler tells fp16 from fp32.
-    const pt::Node* scaler = index.optim_meta ? index.optim_meta->get("loss_scaler") : nullptr;
-    const bool dynamic = scaler && scaler->kind == pt::Kind::Object && scaler->callee &&
-                         scaler->callee->kind == pt::Kind::Global && scaler->callee->s2 == "DynamicLossScaler";
-    t.precision = dynamic ? Precision::Fp16 : Precision::Fp32;
+    t.precision = index.loss_scaler.kind == LossScaler::Dynamic ? Precision::Fp16 : Precision::Fp32;
   }
   if (t.stage == TargetStage::Zero3)
     t.sub_group_size = o.sub_group_size;

@@ -14,11 +14,7 @@ TpCat tp_cat_of(const TagIndex& ix, const Param& p) {
       const SubParamRule& r = ix.sub_param_rules.at(size_t(p.sub_rule));
       SubParamShape spec{r.shape, r.partition_dim};
       std::vector<uint64_t> numels;
-      for (const auto& s : shapes) {
-        uint64_t n = 1;
-        for (int64_t d : s) n *= uint64_t(d);
-        numels.push_back(n);
-      }
+      for (const auto& s : shapes) numels.push_back(pt::numel(s));
       return TpCat::sub_params(sub_param_views(spec, p.sub_widths, numels, p.name), r.partition_dim, p.sub_widths);
     }
     default:

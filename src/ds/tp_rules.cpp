@@ -64,12 +64,6 @@ SubParamShape spec_of(const SubParamRule& r) {
   return s;
 }
 
-uint64_t numel(const std::vector<int64_t>& s) {
-  uint64_t n = 1;
-  for (int64_t d : s) n *= uint64_t(d);
-  return n;
-}
-
 }  // namespace
 
 std::string py_str_list(const std::vector<std::string>& v) {
@@ -138,7 +132,7 @@ void assign_tp_rules(TagIndex& index, const UcInfo& uc, bool strict) {
     if (p.rule == TpRule::Expert) continue;  // AutoEP experts: merged by merge_autoep_expert
     std::vector<Shape> shapes;
     std::vector<uint64_t> numels;
-    for (const auto& s : p.slices) shapes.push_back(s.shape), numels.push_back(numel(s.shape));
+    for (const auto& s : p.slices) shapes.push_back(s.shape), numels.push_back(pt::numel(s.shape));
     // 1. sub-parameters: first rule, first pattern; always searched (and so always "used").
     int sub = -1;
     std::string sub_pattern;
@@ -190,7 +184,7 @@ void assign_tp_rules(TagIndex& index, const UcInfo& uc, bool strict) {
       p.cat_dim = matched(uc.row, p.name, used) ? 1 : 0;
       merged = TpCat::concat(shapes, p.cat_dim).shape();
     }
-    p.merged_numel = numel(merged);
+    p.merged_numel = pt::numel(merged);
     p.vocab = matched(uc.vocab, p.name, used) != nullptr;
     if (p.vocab) {
       if (index.original_vocab_size < 0)
@@ -200,7 +194,7 @@ void assign_tp_rules(TagIndex& index, const UcInfo& uc, bool strict) {
       merged = vocab_cut(merged, index.original_vocab_size, p.name).shape;
     }
     p.shape = merged;
-    p.numel = numel(merged);
+    p.numel = pt::numel(merged);
   }
   if (!strict) return;
   std::vector<std::string> unused;

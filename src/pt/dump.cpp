@@ -88,7 +88,7 @@ class Json {
         o_ += "]}";
         return;
       case Kind::Dict:
-        o_ += std::string(R"({"t":"dict","ordered":)") + (n->b ? "true" : "false") + R"(,"items":[)";
+        o_ += std::string(R"({"t":"dict","ordered":)") + (n->ordered ? "true" : "false") + R"(,"items":[)";
         for (size_t k = 0; k < n->entries.size(); ++k) {
           if (k) o_ += ",";
           o_ += "[";
@@ -123,7 +123,7 @@ void tree(std::string& o, const Node* n, int depth, const std::string& indent) {
       return;
     }
     case Kind::Dict:
-      o += std::string(n->b ? "OrderedDict[" : "dict[") + std::to_string(n->entries.size()) + "]\n";
+      o += std::string(n->ordered ? "OrderedDict[" : "dict[") + std::to_string(n->entries.size()) + "]\n";
       for (const auto& [k, v] : n->entries) {
         o += in + repr(k, 0) + ": ";
         tree(o, v, depth + 1, in);

@@ -104,7 +104,7 @@ Node* Machine::reduce(Node* callee, Node* args, int depth) {
     }
     if (m == "collections" && f == "OrderedDict") {
       Node* d = make(Kind::Dict);
-      d->b = true;
+      d->ordered = true;
       if (!a.empty()) {
         if (a[0]->kind != Kind::List) fail("OrderedDict argument is not a list of pairs");
         for (const Node* p : a[0]->items) {

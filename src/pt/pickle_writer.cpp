@@ -301,7 +301,7 @@ class Emitter {
         return save_tuple(n->items, n, depth);
       case Kind::Dict:
         if (get(n)) return;
-        if (n->b) {
+        if (n->ordered) {
           save_global("collections", "OrderedDict");
           empty_tuple();
           u8('R');

@@ -38,6 +38,11 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+std::string shape_tuple_text(const std::vector<int64_t>& shape) {
+  const std::string s = shape_text(shape);
+  return "(" + s.substr(1, s.size() - 2) + (shape.size() == 1 ? ",)" : ")");
+}
+
 std::string json_escape(std::string_view s) {
   std::string o = "\"";
   for (unsigned char c : s) {

@@ -1,5 +1,8 @@
 #include "zeromount/pt/value.h"
 
+#include <functional>
+#include <unordered_map>
+
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
 #include "zeromount/pt/virtual_file.h"
@@ -12,10 +15,15 @@ void Tensor::append_computed(std::shared_ptr<const Computed> c) {
   computed.push_back(std::move(c));
 }
 
-uint64_t Tensor::numel() const {
+uint64_t numel(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
-  for (int64_t d : shape) n *= uint64_t(d);
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, uint64_t(d), &n)) throw FormatError("shape numel overflows");
   return n;
+}
+
+uint64_t Tensor::numel() const {
+  return pt::numel(shape);
 }
 
 bool Tensor::contiguous() const {
@@ -61,7 +69,7 @@ std::string_view Node::kind_name() const {
     case Kind::Tuple:
       return "tuple";
     case Kind::Dict:
-      return b ? "OrderedDict" : "dict";
+      return ordered ? "OrderedDict" : "dict";
     case Kind::Set:
       return "set";
     case Kind::Global:
@@ -111,11 +119,19 @@ Node* Arena::make_tensor_node(Tensor t) {
   return n;
 }
 
-const Node* Arena::copy(const Node* n, int depth) {
+const Node* Arena::copy(const Node* n) {
+  return Copier(*this)(n);
+}
+
+const Node* Copier::copy(const Node* n, int depth) {
   if (!n) return nullptr;
+  if (auto it = copies_.find(n); it != copies_.end()) return it->second;
   if (depth > 200) throw FormatError("value nested too deeply to copy");
-  Node* c = make(n->kind);
+  if (const Node* instead = hook_ ? hook_(n) : nullptr) return copies_[n] = instead;
+  Node* c = a_.make(n->kind);
+  copies_[n] = c;  // before the children: a cycle comes back to this copy
   c->b = n->b;
+  c->ordered = n->ordered;
   c->how = n->how;
   c->i = n->i;
   c->f = n->f;
@@ -129,7 +145,7 @@ const Node* Arena::copy(const Node* n, int depth) {
   if (n->tensor) {
     Tensor t = *n->tensor;
     t.attrs = copy(t.attrs, depth + 1);
-    c->tensor = make_tensor(std::move(t));
+    c->tensor = a_.make_tensor(std::move(t));
   }
   return c;
 }

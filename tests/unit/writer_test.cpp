@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "zeromount/pt/build.h"
 #include "zeromount/pt/crc32.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pickle_reader.h"
@@ -173,8 +174,7 @@ TEST(PtWriter, OptionalRealCrc) {
 
 TEST(PickleWriter, EveryValueKindRoundTrips) {
   pt::Arena a;
-  Node* root = a.make(Kind::Dict);
-  root->b = true;
+  Node* root = pt::build::ordered_dict(a);
   auto add = [&](const char* k, const Node* v) { root->entries.emplace_back(a.make_str(k), v); };
   for (int64_t v : {int64_t(0), int64_t(255), int64_t(256), int64_t(65535), int64_t(65536), int64_t(-1),
                     int64_t(INT32_MIN), int64_t(1) << 40, -(int64_t(1) << 40), INT64_MAX, INT64_MIN})
@@ -222,7 +222,8 @@ TEST(PickleWriter, EveryValueKindRoundTrips) {
   EXPECT_EQ(back->get("shared"), back->get("list"));
   EXPECT_EQ(back->get("obj")->state->get("cur_scale")->f, 0.0028000000000000004);
   EXPECT_EQ(back->get("obj")->how, pt::Build::NewObj);
-  EXPECT_TRUE(back->b);
+  EXPECT_TRUE(back->ordered);
+  EXPECT_TRUE(back->get("bool")->b);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "zeromount/pt/dtype.h"
+#include "zeromount/pt/value.h"
 
 namespace zm::ds {
 
@@ -38,5 +39,10 @@ struct LossScaler {
   pt::DType dtype = pt::DType::F16;  // the fp16 dtype the scaler checks for overflow
 };
 std::string_view loss_scaler_class_name(LossScaler::Kind k);  // "", "LossScaler", "DynamicLossScaler"
+// A DynamicLossScaler's first scale: 2**initial_scale_power, DeepSpeed's default power 16.
+inline constexpr double kInitialDynamicScale = 65536.0;
+// The scaler as DeepSpeed pickles it: NEWOBJ of its class, BUILD with the fields its __init__
+// sets, in that order. nullptr-free: a None kind is pickled as a static scale of 1.
+const pt::Node* loss_scaler_pickle(pt::Arena& a, const LossScaler& s);
 
 }  // namespace zm::ds

@@ -109,12 +109,13 @@ struct PlainTensor {
   pt::DType dtype = pt::DType::F32;
   std::vector<int64_t> shape;
   std::vector<pt::Extent> data;  // concatenated, then cut to numel
-  uint64_t numel() const {
-    uint64_t n = 1;
-    for (int64_t d : shape) n *= uint64_t(d);
-    return n;
-  }
+  uint64_t numel() const { return pt::numel(shape); }
 };
+
+// Shard extents of elements [from, from + count) of a flat state made of `frags`; throws EIO
+// when the fragments do not cover them.
+std::vector<pt::Extent> element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count,
+                                        uint64_t element_size);
 
 struct TagIndex {
   std::string tag;  // folder name, e.g. global_step3

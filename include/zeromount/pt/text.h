@@ -7,12 +7,13 @@
 
 namespace zm::pt {
 
-std::string human_bytes(uint64_t n);                        // "1.2 GiB"
-std::string with_commas(uint64_t n);                        // "1,234,567"
-std::string shape_text(const std::vector<int64_t>& shape);  // "[37, 12]"
-std::string json_escape(std::string_view s);                // a JSON string literal, quotes included
-std::string format_double(double v);                        // shortest round-trip form, as Python's repr
-std::string pad(std::string s, size_t width);               // left-aligned in a column of `width`
-std::string lpad(std::string s, size_t width);              // right-aligned
+std::string human_bytes(uint64_t n);                              // "1.2 GiB"
+std::string with_commas(uint64_t n);                              // "1,234,567"
+std::string shape_text(const std::vector<int64_t>& shape);        // "[37, 12]", as Python prints a list
+std::string shape_tuple_text(const std::vector<int64_t>& shape);  // "(37, 12)", "(37,)": a tuple
+std::string json_escape(std::string_view s);                      // a JSON string literal, quotes included
+std::string format_double(double v);                              // shortest round-trip form, as Python's repr
+std::string pad(std::string s, size_t width);                     // left-aligned in a column of `width`
+std::string lpad(std::string s, size_t width);                    // right-aligned
 
 }  // namespace zm::pt

@@ -4,9 +4,11 @@
 // and cycles built through the memo are harmless.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -58,6 +60,10 @@ struct Tensor {
   uint64_t byte_offset() const { return record_offset + uint64_t(storage_offset) * element_size(dtype); }
 };
 
+// The number of elements of a tensor of `shape` (1 for a 0-d tensor); throws FormatError when a
+// pickle's shape overflows 64 bits.
+uint64_t numel(const std::vector<int64_t>& shape);
+
 enum class Kind : uint8_t {
   None,
   Bool,
@@ -80,7 +86,8 @@ enum class Build : uint8_t { Reduce, NewObj };
 
 struct Node {
   Kind kind = Kind::None;
-  bool b = false;  // Bool value; Dict: is an OrderedDict
+  bool b = false;        // Bool value
+  bool ordered = false;  // Dict: an OrderedDict
   Build how = Build::Reduce;
   int64_t i = 0;                   // Int
   double f = 0;                    // Float
@@ -136,12 +143,29 @@ class Arena {
   Node* make_global(std::string module, std::string name);
   Tensor* make_tensor(Tensor t);
   size_t size() const { return nodes_.size(); }
-  // Copy a subtree from another arena (e.g. a loss scaler object to re-emit). Depth-limited.
-  const Node* copy(const Node* n, int depth = 0);
+  // Copies a subtree from another arena (e.g. a loss scaler object to re-emit); see Copier.
+  const Node* copy(const Node* n);
 
  private:
   BlockStore<Node> nodes_;
   BlockStore<Tensor> tensors_;
+};
+
+// Copies values from any arena into one arena, depth-limited. A node met twice, in one call or
+// across calls, is copied once: what the source shared stays shared (the writer then memoizes as
+// torch.save's pickler did) and a cycle through the memo comes back to its copy. `hook` sees
+// each node first and may give one to use instead (not copied further), or nullptr to copy it.
+class Copier {
+ public:
+  using Hook = std::function<const Node*(const Node*)>;
+  explicit Copier(Arena& into, Hook hook = {}) : a_(into), hook_(std::move(hook)) {}
+  const Node* operator()(const Node* n) { return copy(n, 0); }
+
+ private:
+  const Node* copy(const Node* n, int depth);
+  Arena& a_;
+  Hook hook_;
+  std::unordered_map<const Node*, const Node*> copies_;
 };
 
 // Short human rendering for error messages and `zeromount dump`: depth- and size-limited.

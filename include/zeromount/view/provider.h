@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "zeromount/view/file_table.h"
@@ -108,13 +109,13 @@ class ProviderContext {
   // it is built from allow (their folders for folders, their least readable shard for files).
   // Returns 0, with one warning, when the folder already has an entry of that name: real entries
   // always win.
-  uint64_t add_made_dir(const std::string& name, const char* kind, const std::vector<const MountedTag*>& from);
+  uint64_t add_made_dir(const std::string& name, const Provider& by, const std::vector<const MountedTag*>& from);
   // A live text (add_live_text) beside the tags; `access`: that of the real entry its text comes from.
-  uint64_t add_made_text(const std::string& name, const char* kind, std::function<std::string()> text, Access access);
+  uint64_t add_made_text(const std::string& name, const Provider& by, std::function<std::string()> text, Access access);
   // A live file beside the tags (built on every open, never cached, read past the page cache),
   // sized at stat by `sizer`; `costly`: the sizer lists and indexes folders, so that a listing
   // does not ask it. `access`: what it may show (least_of what it is built from).
-  uint64_t add_made_live_file(const std::string& name, const char* kind, Builder build, Sizer sizer, Access access,
+  uint64_t add_made_live_file(const std::string& name, const Provider& by, Builder build, Sizer sizer, Access access,
                               bool costly);
   uint64_t add_real_file(uint64_t parent, const std::string& name, const std::string& path) {
     return view::add_real_file(tree_, files_, parent, name, path);
@@ -137,7 +138,7 @@ class Provider {
  public:
   virtual ~Provider() = default;
   // The kind's name: what `export --view` selects and what each made-up top-level entry records.
-  virtual const char* kind() const = 0;
+  virtual std::string_view kind() const = 0;
   // Adds this kind's entries for one indexed tag, beside it in cx.folder(). `tag` outlives the tree.
   virtual void add_tag(ProviderContext& cx, const MountedTag& tag) const {}
   // Adds entries that depend on every tag of a checkpoint folder (e.g. latest_universal), after

@@ -37,6 +37,7 @@ using Builder = std::function<pt::VirtualFile()>;
 using Sizer = std::function<uint64_t()>;
 
 class Tree;
+class Provider;
 
 // Who may read an entry: permission bits (never a write bit) and owner. Real entries carry their
 // source's; made-up ones carry what they are built from (see ProviderContext::add_top_dir).
@@ -80,9 +81,10 @@ struct Inode {
   bool dir = false;
   std::string link;  // a symbolic link's target, as stored; empty for files and folders
   struct timespec mtime {};
-  // For a top-level made-up entry, the Provider::kind() that made it; nullptr for real entries
-  // and for everything below the top level.
-  const char* made_by = nullptr;
+  // For an entry a Provider made beside the tags of a checkpoint folder, that Provider (its
+  // identity: the one registered object of its kind); nullptr for real entries and for
+  // everything below such an entry.
+  const Provider* made_by = nullptr;
   // Unset: inherited from the nearest folder above that has one (files take its files_below).
   Access access;
   Access files_below;
@@ -152,7 +154,7 @@ class Tree {
   // Lookups and reads made by `f` itself (on this thread) do not lock again.
   void append(const std::function<void(Tree&)>& f);
   void set_lazy(uint64_t dir, std::shared_ptr<const LazyDir> lazy) { node(dir).lazy = std::move(lazy); }
-  void mark_made_by(uint64_t ino, const char* kind) { node(ino).made_by = kind; }
+  void mark_made_by(uint64_t ino, const Provider& by) { node(ino).made_by = &by; }
   void set_access(uint64_t ino, Access self, Access files_below = {}) {
     node(ino).access = self;
     node(ino).files_below = files_below;

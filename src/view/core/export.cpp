@@ -27,7 +27,7 @@ namespace {
 
 // Made-up top-level entries are marked with the kind of the Provider that made them.
 bool wanted(const Inode& top, const std::string& what) {
-  return top.made_by && (what == "all" || what == top.made_by);
+  return top.made_by && (what == "all" || what == top.made_by->kind());
 }
 
 void check_kind(const std::string& what) {

@@ -12,7 +12,7 @@ bool ProviderContext::taken(const std::string& name) {
   const Inode* had = tree_.lookup(dir(), name);
   if (!had) return false;
   if (had->made_by)
-    spdlog::warn("{}/{}: already a made-up {} folder; not made again", folder_.path(), name, had->made_by);
+    spdlog::warn("{}/{}: already a made-up {} folder; not made again", folder_.path(), name, had->made_by->kind());
   else
     spdlog::warn("{}/{}: a real entry of that name exists; showing it instead of a made-up one", folder_.path(), name);
   return true;
@@ -32,11 +32,11 @@ Access least_of(const std::vector<Access>& all) {
   return a;
 }
 
-uint64_t ProviderContext::add_made_dir(const std::string& name, const char* kind,
+uint64_t ProviderContext::add_made_dir(const std::string& name, const Provider& by,
                                        const std::vector<const MountedTag*>& from) {
   if (taken(name)) return 0;
   const uint64_t ino = tree_.add_dir(dir(), name, mtime());
-  tree_.mark_made_by(ino, kind);
+  tree_.mark_made_by(ino, by);
   std::vector<Access> folders, files;
   for (const MountedTag* t : from) {
     folders.push_back(t->folder);
@@ -49,22 +49,22 @@ uint64_t ProviderContext::add_made_dir(const std::string& name, const char* kind
   return ino;
 }
 
-uint64_t ProviderContext::add_made_text(const std::string& name, const char* kind, std::function<std::string()> text,
+uint64_t ProviderContext::add_made_text(const std::string& name, const Provider& by, std::function<std::string()> text,
                                         Access access) {
   if (taken(name)) return 0;
   const uint64_t ino = add_live_text(dir(), name, std::move(text), mtime());
-  tree_.mark_made_by(ino, kind);
+  tree_.mark_made_by(ino, by);
   access.perm &= 0444;
   tree_.set_access(ino, access);
   return ino;
 }
 
-uint64_t ProviderContext::add_made_live_file(const std::string& name, const char* kind, Builder build, Sizer sizer,
+uint64_t ProviderContext::add_made_live_file(const std::string& name, const Provider& by, Builder build, Sizer sizer,
                                              Access access, bool costly) {
   if (taken(name)) return 0;
   const uint64_t ino = tree_.add_live_file(dir(), name, mtime(), std::move(build));
   tree_.set_sizer(ino, std::move(sizer), costly);
-  tree_.mark_made_by(ino, kind);
+  tree_.mark_made_by(ino, by);
   access.perm &= 0444;
   tree_.set_access(ino, access);
   return ino;

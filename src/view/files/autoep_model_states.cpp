@@ -5,6 +5,7 @@
 // torch.save's pickler did; tensors become views of their source storages, served from the file.
 #include <unordered_map>
 
+#include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_file.h"
 #include "zeromount/pt/pt_writer.h"
@@ -17,42 +18,33 @@ using pt::Node;
 
 namespace {
 
+// What the re-save keeps and what it makes anew: the source's tensors become views of their
+// storages in the source file (one storage record per source storage); scalars, strings and
+// globals are the source's own nodes, so that the writer memoizes them as torch.save did.
 class Resave {
  public:
   Resave(pt::Arena& a, uint32_t file, const std::string& path) : a_(a), file_(file), path_(path) {}
 
-  // `from` is replaced by `to` wherever the source refers to it (a Python object mutated in place).
-  void replace(const Node* from, const Node* to) { copies_[from] = to; }
-
-  const Node* copy(const Node* n, int depth = 0) {
-    if (!n) return nullptr;
-    if (auto it = copies_.find(n); it != copies_.end()) return it->second;
-    if (depth > 200) throw Error(path_ + ": model state nested too deeply to re-save", EIO);
+  // For pt::Copier: a node to use instead of a copy, or nullptr to copy it.
+  const Node* instead(const Node* n) {
+    if (auto it = replaced_.find(n); it != replaced_.end()) return it->second;
     switch (n->kind) {
       case Kind::List:
       case Kind::Tuple:
       case Kind::Dict:
       case Kind::Set:
       case Kind::Object:
-        break;
+        return nullptr;
       case Kind::Tensor:
-        return copies_[n] = tensor(n->tensor);
+        return tensor(n->tensor);
       case Kind::Storage:
         throw Error(path_ + ": a bare storage in the model state cannot be re-saved", EIO);
       default:
-        return n;  // scalars, strings and globals: the same node keeps their memo identity
+        return n;
     }
-    Node* c = a_.make(n->kind);
-    copies_[n] = c;  // before the children: a cycle through the memo comes back to this copy
-    c->b = n->b;
-    c->how = n->how;
-    for (const Node* it : n->items) c->items.push_back(copy(it, depth + 1));
-    for (const auto& [k, v] : n->entries) c->entries.emplace_back(copy(k, depth + 1), copy(v, depth + 1));
-    c->callee = copy(n->callee, depth + 1);
-    c->args = copy(n->args, depth + 1);
-    c->state = copy(n->state, depth + 1);
-    return c;
   }
+  // `from` is replaced by `to` wherever the source refers to it (a Python object mutated in place).
+  void replace(const Node* from, const Node* to) { replaced_[from] = to; }
 
  private:
   // A view of its storage's bytes in the source file; one storage record per source storage.
@@ -79,19 +71,9 @@ class Resave {
   pt::Arena& a_;
   uint32_t file_;
   const std::string& path_;
-  std::unordered_map<const Node*, const Node*> copies_;
+  std::unordered_map<const Node*, const Node*> replaced_;
   std::unordered_map<std::string, const pt::Tensor*> storages_;
 };
-
-// Python's d[key] = value: an existing key keeps its place, a new one goes last.
-void assign(Node* dict, pt::Arena& a, const char* key, const Node* value) {
-  for (auto& [k, v] : dict->entries)
-    if (k->kind == Kind::Str && k->s == key) {
-      v = value;
-      return;
-    }
-  dict->entries.emplace_back(a.make_str(key), value);
-}
 
 }  // namespace
 
@@ -106,21 +88,19 @@ pt::VirtualFile autoep_model_states_file(const MountedTag& t, const std::string&
   const pt::Extent whole = t.map({uint32_t(shard), 0, 0});
   pt::Arena a;
   Resave r(a, whole.file, path);
+  pt::Copier copy(a, [&r](const Node* n) { return r.instead(n); });
   const Node* info = src->root->get("universal_checkpoint_info");
   if (!info || info->kind != Kind::Dict) throw Error(path + ": no universal_checkpoint_info dict to update", EIO);
-  Node* uc = a.make(Kind::Dict);
-  uc->b = info->b;
+  Node* uc = info->ordered ? pt::build::ordered_dict(a) : pt::build::dict(a);
   r.replace(info, uc);
-  for (const auto& [k, v] : info->entries) uc->entries.emplace_back(r.copy(k), r.copy(v));
-  Node* patterns = a.make(Kind::List);
-  patterns->items.push_back(a.make_str("\\.experts\\.w[123]$"));
-  assign(uc, a, "expert_parameter_patterns", patterns);
-  assign(uc, a, "ds_autoep_layers", ix.autoep_layers);
+  for (const auto& [k, v] : info->entries) uc->entries.emplace_back(copy(k), copy(v));
+  pt::build::assign(uc, a, "expert_parameter_patterns", pt::build::str_list(a, {"\\.experts\\.w[123]$"}));
+  pt::build::assign(uc, a, "ds_autoep_layers", ix.autoep_layers);
   pt::PtOptions o;
   o.prefix = path.substr(path.find_last_of('/') + 1);
   o.prefix = o.prefix.substr(0, o.prefix.size() - 3);  // torch.save names the archive after the file's stem
   o.crc_source = t.crc_source;
-  return pt::build_pt(r.copy(src->root), o);
+  return pt::build_pt(copy(src->root), o);
 }
 
 }  // namespace zm::view

@@ -5,13 +5,73 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <string>
 #include <unordered_set>
+#include <vector>
 
-#include "layout_values.h"
+#include "zeromount/ds/optim_file.h"
 #include "zeromount/ds/shard_names.h"
+#include "zeromount/ds/tag_index.h"
+#include "zeromount/ds/target_layout.h"
+#include "zeromount/pt/build.h"
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_writer.h"
+#include "zeromount/pt/value.h"
+#include "zeromount/view/mounted_tag.h"
+
+// The pieces the faked layout files are made of: tensors assembled from source extents, zero fill and
+// computed bytes, and the pickle values DeepSpeed's files hold.
+namespace zm::view::layout {
+
+using pt::Kind;
+using pt::Node;
+
+// --- tensors from pieces -------------------------------------------------------------------
+
+using pt::build::Fill;
+
+// File-table extents of elements [from, from + count) of a flat state made of `frags`.
+inline std::vector<pt::Extent> elements(const MountedTag& t, const std::vector<ds::Fragment>& frags, uint64_t from,
+                                        uint64_t count, uint64_t es) {
+  std::vector<pt::Extent> out = ds::element_extents(frags, from, count, es);
+  for (auto& e : out) e = t.map(e);
+  return out;
+}
+
+// Bytes [from, from + n) of a plain tensor's concatenated extents, in file-table ids.
+inline std::vector<pt::Extent> plain_bytes(const MountedTag& t, const ds::PlainTensor& p, uint64_t from, uint64_t n) {
+  std::vector<pt::Extent> out;
+  uint64_t at = 0;
+  for (const pt::Extent& e : p.data) {
+    const uint64_t lo = std::max(from, at), hi = std::min(from + n, at + e.length);
+    if (lo < hi) out.push_back(t.map({e.file, e.offset + (lo - at), hi - lo}));
+    at += e.length;
+  }
+  return out;
+}
+
+// --- pickle values --------------------------------------------------------------------------
+
+// The pickle values of DeepSpeed's files: pt's builder vocabulary, and what only these files hold.
+using pt::build::add;
+using pt::build::ordered_dict;
+using pt::build::torch_size;
+
+inline Node* tensor(pt::Arena& a, pt::Tensor t) {
+  return a.make_tensor_node(std::move(t));
+}
+
+inline pt::DType lp_dtype(ds::Precision p) {
+  return p == ds::Precision::Fp32 ? pt::DType::F32 : p == ds::Precision::Bf16 ? pt::DType::BF16 : pt::DType::F16;
+}
+
+inline std::string stem(const std::string& name) {
+  return std::filesystem::path(name).stem().string();
+}
+
+}  // namespace zm::view::layout
 
 namespace zm::view {
 
@@ -179,7 +239,7 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
   Node* frozen_shapes = ordered_dict(a);
   for (const ds::PlainTensor& f : frozen()) {
     const uint64_t n = f.numel(), es = pt::element_size(f.dtype);
-    set(frozen_shapes, a, f.name.c_str(), torch_size(a, f.shape));
+    add(frozen_shapes, a, f.name.c_str(), torch_size(a, f.shape));
     if (zero3()) {
       module_tensors[f.name] = empty();
       const uint64_t part = ds::zero3_partition(n, W), valid = ds::valid_on_rank(n, part, rank);
@@ -189,7 +249,7 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
       Fill fill{t};
       fill.values(plain_bytes(tag_, f, part * rank * es, valid * es), f.dtype, valid);
       fill.zero((part - valid) * pt::element_size(lp));
-      set(frozen_fragments, a, f.name.c_str(), tensor(a, std::move(t)));
+      add(frozen_fragments, a, f.name.c_str(), tensor(a, std::move(t)));
       continue;
     }
     pt::Tensor t;
@@ -198,7 +258,7 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
     Fill{t}.values(plain_bytes(tag_, f, 0, n * es), f.dtype, n);
     const Node* node = tensor(a, std::move(t));
     module_tensors[f.name] = frozen_full[f.name] = node;
-    set(frozen_fragments, a, f.name.c_str(), node);  // zero2 shares the module's storage
+    add(frozen_fragments, a, f.name.c_str(), node);  // zero2 shares the module's storage
   }
   // Each ZeRO-3 rank keeps its own buffers: at the source's DP size rank r gets rank r's; at any
   // other, no target rank is a source rank, and every file gets rank 0's (as ZeRO-1/2 files do).
@@ -225,20 +285,20 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
     module->entries.emplace_back(k, it->second);
   }
 
-  Node* shapes = a.make(Kind::List);
+  Node* shapes = pt::build::list(a, {});
   auto shape_dict = [&](const std::vector<uint32_t>& params) {
     Node* d = ordered_dict(a);
-    for (uint32_t k : params) set(d, a, ix.params[k].name.c_str(), torch_size(a, ix.params[k].shape));
+    for (uint32_t k : params) add(d, a, ix.params[k].name.c_str(), torch_size(a, ix.params[k].shape));
     shapes->items.push_back(d);
   };
   for (const ds::FlatGroup& g : plan_.groups) shape_dict(g.flat);
   for (const ds::SubGroup& s : plan_.sub_groups) shape_dict(s.params);
 
-  Node* parallel_dimensions = a.make(Kind::Dict);
-  set(parallel_dimensions, a, "pp_degree", a.make_int(1));
-  set(parallel_dimensions, a, "tp_degree", a.make_int(1));
+  Node* parallel_dimensions = pt::build::dict(a);
+  add(parallel_dimensions, a, "pp_degree", a.make_int(1));
+  add(parallel_dimensions, a, "tp_degree", a.make_int(1));
   const bool keeps_frozen = tg.stage == ds::TargetStage::Zero2 || zero3();
-  Node* root = a.make(Kind::Dict);
+  Node* root = pt::build::dict(a);
   for (const auto& [k, v] : src.root->entries) {
     const std::string_view key = k->kind == Kind::Str ? std::string_view(k->s) : std::string_view();
     const Node* out = v;
@@ -247,11 +307,11 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
     else if (key == "param_shapes")
       out = shapes;
     else if (key == "frozen_param_shapes")
-      out = keeps_frozen ? frozen_shapes : a.make(Kind::None);
+      out = keeps_frozen ? frozen_shapes : pt::build::none(a);
     else if (key == "frozen_param_fragments")
-      out = keeps_frozen ? frozen_fragments : a.make(Kind::None);
+      out = keeps_frozen ? frozen_fragments : pt::build::none(a);
     else if (key == "shared_params" && zero3() && rank != 0)
-      out = a.make(Kind::Dict);
+      out = pt::build::dict(a);
     else if (key == "dp_world_size")
       out = a.make_int(int64_t(W));
     else if (key == "mp_world_size")
@@ -261,6 +321,13 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
     root->entries.emplace_back(k, out);
   }
   return root;
+}
+
+// The optimizer-state files are DeepSpeed's schemas (ds/optim_file.h), over this view's files.
+const pt::Node* LayoutTag::optim_states(uint32_t rank, pt::Arena& a) const {
+  const ds::OptimSource src{*tag_.index, plan_, options_, source_model().root,
+                            [this](const pt::Extent& e) { return tag_.map(e); }};
+  return ds::optim_states_pickle(a, src, rank);
 }
 
 }  // namespace zm::view

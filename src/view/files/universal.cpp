@@ -1,11 +1,13 @@
 #include "zeromount/view/files/universal.h"
 
 #include "zeromount/ds/tp_param.h"
+#include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_writer.h"
 
 namespace zm::view {
 
+namespace build = pt::build;
 using pt::Kind;
 using pt::Node;
 
@@ -18,39 +20,18 @@ pt::PtOptions stem(const MountedTag& t, const char* name) {
   return o;
 }
 
-Node* tensor_node(pt::Arena& a, pt::DType dtype, std::vector<int64_t> shape, std::vector<pt::Extent> data) {
-  pt::Tensor t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.data = std::move(data);
-  return a.make_tensor_node(std::move(t));
-}
-
 const Node* scalar_node(pt::Arena& a, const MountedTag& t, const ds::StepValue& s) {
   switch (s.kind) {
     case ds::StepValue::Tensor:
-      return tensor_node(a, s.dtype, s.shape, {t.map(s.extent)});
+      return build::tensor(a, s.dtype, s.shape, {t.map(s.extent)});
     case ds::StepValue::Int:
       return a.make_int(s.i);
-    case ds::StepValue::Float: {
-      Node* n = a.make(Kind::Float);
-      n->f = s.f;
-      return n;
-    }
+    case ds::StepValue::Float:
+      return build::real(a, s.f);
     case ds::StepValue::None:
       break;
   }
-  return a.make(Kind::None);
-}
-
-void set(Node* dict, pt::Arena& a, const char* key, const Node* value) {
-  dict->entries.emplace_back(a.make_str(key), value);
-}
-
-Node* bool_node(pt::Arena& a, bool v) {
-  Node* n = a.make(Kind::Bool);
-  n->b = v;
-  return n;
+  return build::none(a);
 }
 
 // One rank's local state, in view file ids, for the computed merges.
@@ -58,8 +39,7 @@ std::vector<ds::RankBytes> rank_bytes(const MountedTag& t, const ds::Param& p, s
   std::vector<ds::RankBytes> out;
   const uint64_t es = pt::element_size(t.index->master_dtype);
   for (const auto& s : p.slices) {
-    uint64_t n = 1;
-    for (int64_t d : s.shape) n *= uint64_t(d);
+    const uint64_t n = pt::numel(s.shape);
     std::vector<pt::Extent> ext;
     ds::slice_extents(s.stored.at(state), 0, n, es, ext);
     for (auto& e : ext) e = t.map(e);
@@ -71,28 +51,21 @@ std::vector<ds::RankBytes> rank_bytes(const MountedTag& t, const ds::Param& p, s
 // SubparamShape as the converter pickles it: NEWOBJ of the dataclass, then BUILD with its fields
 // (shape: the published list, with a tuple at partition_dim; spec §10.5).
 const Node* subparam_shape_node(pt::Arena& a, const ds::SubParamRule& r) {
-  Node* obj = a.make(Kind::Object);
-  obj->callee = a.make_global("deepspeed.checkpoint.universal_checkpoint", "SubparamShape");
-  obj->args = a.make(Kind::Tuple);
-  obj->how = pt::Build::NewObj;
-  Node* st = a.make(Kind::Dict);
-  Node* patterns = a.make(Kind::List);
-  for (const auto& s : r.patterns) patterns->items.push_back(a.make_str(s));
-  Node* shape = a.make(Kind::List);
+  Node* shape = build::list(a, {});
   for (size_t k = 0; k < r.shape.size(); ++k) {
     if (!r.is_tuple[k]) {
       shape->items.push_back(a.make_int(r.shape[k].at(0)));
       continue;
     }
-    Node* tup = a.make(Kind::Tuple);
-    for (int64_t v : r.shape[k]) tup->items.push_back(a.make_int(v));
-    shape->items.push_back(tup);
+    std::vector<const Node*> dims;
+    for (int64_t v : r.shape[k]) dims.push_back(a.make_int(v));
+    shape->items.push_back(build::tuple(a, std::move(dims)));
   }
-  set(st, a, "patterns", patterns);
-  set(st, a, "shape", shape);
-  set(st, a, "partition_dim", a.make_int(r.partition_dim));
-  obj->state = st;
-  return obj;
+  Node* st = build::dict(a);
+  build::add(st, a, "patterns", build::str_list(a, r.patterns));
+  build::add(st, a, "shape", shape);
+  build::add(st, a, "partition_dim", a.make_int(r.partition_dim));
+  return build::new_object(a, "deepspeed.checkpoint.universal_checkpoint", "SubparamShape", st);
 }
 
 }  // namespace
@@ -153,30 +126,30 @@ pt::VirtualFile parallel_state_file(const MountedTag& t, const ds::Param& p, siz
   x.requires_grad = ix.state_names[state] == "fp32";  // a clone of the fp32 partition (§10.2)
   merged_bytes(t, p, state, x);
   Node* tensor = a.make_tensor_node(std::move(x));
-  Node* d = a.make(Kind::Dict);
+  Node* d = build::dict(a);
   if (p.rule == ds::TpRule::Expert) {  // autoep_universal.py writes 'param' first (§10.1)
-    set(d, a, "param", tensor);
-    set(d, a, "cat_dim", a.make_int(0));
-    set(d, a, "is_expert_param", bool_node(a, true));
-    set(d, a, "ep_num_experts", a.make_int(p.ep_num_experts));
+    build::add(d, a, "param", tensor);
+    build::add(d, a, "cat_dim", a.make_int(0));
+    build::add(d, a, "is_expert_param", build::boolean(a, true));
+    build::add(d, a, "ep_num_experts", a.make_int(p.ep_num_experts));
     return pt::build_pt(d, stem(t, ix.state_names[state].c_str()));
   }
   switch (p.rule) {
     case ds::TpRule::TwoSubParams:
-      set(d, a, "cat_dim", a.make_int(0));
-      set(d, a, "param_n_sub_params", a.make_int(2));
+      build::add(d, a, "cat_dim", a.make_int(0));
+      build::add(d, a, "param_n_sub_params", a.make_int(2));
       break;
     case ds::TpRule::SubParams:
-      set(d, a, "sub_param_shape", subparam_shape_node(a, ix.sub_param_rules.at(size_t(p.sub_rule))));
+      build::add(d, a, "sub_param_shape", subparam_shape_node(a, ix.sub_param_rules.at(size_t(p.sub_rule))));
       break;
     case ds::TpRule::Cat:
-      set(d, a, "cat_dim", a.make_int(p.cat_dim));
+      build::add(d, a, "cat_dim", a.make_int(p.cat_dim));
       break;
     default:
       break;
   }
-  if (p.vocab) set(d, a, "vocab_tensor", bool_node(a, true));
-  set(d, a, "param", tensor);
+  if (p.vocab) build::add(d, a, "vocab_tensor", build::boolean(a, true));
+  build::add(d, a, "param", tensor);
   return pt::build_pt(d, stem(t, ix.state_names[state].c_str()));
 }
 
@@ -187,11 +160,11 @@ pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t
   pt::Arena a;
   std::vector<pt::Extent> data;
   for (const auto& f : t.index->fragments(p, state)) data.push_back(t.map(f.extent));
-  Node* tensor = tensor_node(a, t.index->master_dtype, p.shape, std::move(data));
+  Node* tensor = build::tensor(a, t.index->master_dtype, p.shape, std::move(data));
   if (bare) return pt::build_pt(tensor, stem(t, t.index->state_names[state].c_str()));
-  Node* d = a.make(Kind::Dict);
-  set(d, a, "cat_dim", a.make_int(0));
-  set(d, a, "param", tensor);
+  Node* d = build::dict(a);
+  build::add(d, a, "cat_dim", a.make_int(0));
+  build::add(d, a, "param", tensor);
   return pt::build_pt(d, stem(t, t.index->state_names[state].c_str()));
 }
 
@@ -204,27 +177,28 @@ pt::VirtualFile scalar_file(const MountedTag& t, size_t group, size_t k) {
 pt::VirtualFile optimizer_state_file(const MountedTag& t) {
   const ds::TagIndex& ix = *t.index;
   pt::Arena a;
-  Node* root = a.make(Kind::Dict);
+  Node* root = build::dict(a);
   // The source's own optimizer-level keys (loss scaler, flags, zero_stage, ...) come first, as
   // ds_to_universal writes them; then what the other stage family's loader also needs.
   if (ix.optim_meta)
     for (const auto& [k, v] : ix.optim_meta->entries) root->entries.emplace_back(k, v);
-  if (!root->get("ds_version")) set(root, a, "ds_version", a.make_str(ix.ds_version.empty() ? "0.0.0" : ix.ds_version));
-  set(root, a, "param_groups", ix.param_groups);
+  if (!root->get("ds_version"))
+    build::add(root, a, "ds_version", a.make_str(ix.ds_version.empty() ? "0.0.0" : ix.ds_version));
+  build::add(root, a, "param_groups", ix.param_groups);
   // Per (sub-)group: its per-group values, and 'step' (None when the optimizer keeps none) for the
   // ZeRO-3 universal loader, which reads state[0]['step']; {} when the source never stepped.
-  Node* state = a.make(Kind::Dict);
+  Node* state = build::dict(a);
   for (size_t s = 0; s < ix.scalars.size() && ix.has_state(); ++s) {
-    Node* entry = a.make(Kind::Dict);
+    Node* entry = build::dict(a);
     for (size_t k = 0; k < ix.scalar_names.size(); ++k)
-      set(entry, a, ix.scalar_names[k].c_str(), scalar_node(a, t, ix.scalars[s][k]));
-    if (!ix.step(s)) set(entry, a, "step", a.make(Kind::None));
+      build::add(entry, a, ix.scalar_names[k].c_str(), scalar_node(a, t, ix.scalars[s][k]));
+    if (!ix.step(s)) build::add(entry, a, "step", build::none(a));
     state->entries.emplace_back(a.make_int(int64_t(s)), entry);
   }
-  Node* osd = a.make(Kind::Dict);
-  set(osd, a, "state", state);
-  set(osd, a, "param_groups", ix.param_groups);
-  set(root, a, "optimizer_state_dict", osd);
+  Node* osd = build::dict(a);
+  build::add(osd, a, "state", state);
+  build::add(osd, a, "param_groups", ix.param_groups);
+  build::add(root, a, "optimizer_state_dict", osd);
   return pt::build_pt(root, stem(t, "optimizer_state"));
 }
 

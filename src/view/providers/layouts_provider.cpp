@@ -216,7 +216,7 @@ std::string readme(const std::string& dir, const std::string& own, const std::st
 
 class LayoutsProvider final : public Provider {
  public:
-  const char* kind() const override { return "layouts"; }
+  std::string_view kind() const override { return "layouts"; }
 
   // add_folder makes the folder for every tag; a tag indexed later joins it.
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
@@ -262,7 +262,7 @@ class LayoutsProvider final : public Provider {
       }
       listed.push_back(name);
     }
-    const uint64_t dir = cx.add_made_dir(o.layouts_dir, kind(), tags);
+    const uint64_t dir = cx.add_made_dir(o.layouts_dir, *this, tags);
     if (!dir) return;  // a real SRC/layouts wins (ProviderContext logged it); -o layouts_dir=NAME
     cx.add_text(dir, "README", readme(o.layouts_dir, own, own_note(*own_tag->index), listed, refused), mtime);
     // `latest` as the folder's own shows it, and its other real files as they are (spec §1.1).
@@ -274,7 +274,7 @@ class LayoutsProvider final : public Provider {
   // The layouts/ folder this provider made in cx's folder, if any (a real one of that name wins).
   const Targets* targets(ProviderContext& cx) const {
     const Inode* dir = cx.tree().lookup(cx.dir(), cx.options().layouts_dir);
-    if (!dir || dir->made_by != kind()) return nullptr;
+    if (!dir || dir->made_by != this) return nullptr;
     return dynamic_cast<const Targets*>(dir->lazy.get());
   }
 };

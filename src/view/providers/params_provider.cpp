@@ -16,12 +16,12 @@ pt::VirtualFile text_file(const std::string& text) {
 
 class ParamsProvider final : public Provider {
  public:
-  const char* kind() const override { return "params"; }
+  std::string_view kind() const override { return "params"; }
 
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const ds::TagIndex& ix = *tag.index;
     const struct timespec mtime = cx.mtime();
-    const uint64_t d = cx.add_made_dir(ix.tag + "_params", kind(), {&tag});
+    const uint64_t d = cx.add_made_dir(ix.tag + "_params", *this, {&tag});
     if (!d) return;
     Tree& tree = cx.tree();
     const MountedTag* t = &tag;

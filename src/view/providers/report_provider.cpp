@@ -1,8 +1,6 @@
 // report.html (issue 22): a page per tag in <T>_params/, a page across the tags of each checkpoint
 // folder beside them, and one in each run folder across the tags of the checkpoint folders below
 // it (a Trainer's output_dir holds one tag per checkpoint-N/). No report file with -o report=off.
-#include <cstring>
-
 #include "zeromount/view/files/report.h"
 #include "zeromount/view/provider.h"
 #include "zeromount/view/view_options.h"
@@ -33,12 +31,12 @@ std::vector<NamedTag> shown(const CheckpointFolder& folder, const Access& page, 
 
 class ReportProvider final : public Provider {
  public:
-  const char* kind() const override { return "report"; }
+  std::string_view kind() const override { return "report"; }
 
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     if (!cx.options().report) return;
     const Inode* params = cx.tree().lookup(cx.dir(), tag.index->tag + "_params");
-    if (!params || !params->made_by || strcmp(params->made_by, "params") != 0) return;
+    if (!params || !params->made_by || params->made_by->kind() != "params") return;
     const MountedTag* t = &tag;
     const pt::ExtentReader* files = &cx.files();
     // Sized by laying the page out without its figures: stat reads no tensor.
@@ -67,7 +65,7 @@ class ReportProvider final : public Provider {
     const CheckpointFolder* folder = &cx.folder();
     const pt::ExtentReader* files = &cx.files();
     cx.add_made_live_file(
-        kPage, kind(),
+        kPage, *this,
         [folder, files, access] {
           std::vector<std::string> left_out;
           const std::vector<NamedTag> tags = shown(*folder, access, left_out);

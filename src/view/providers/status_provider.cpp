@@ -13,7 +13,7 @@ namespace {
 
 class StatusProvider final : public Provider {
  public:
-  const char* kind() const override { return "status"; }
+  std::string_view kind() const override { return "status"; }
   void add_mount(Tree& tree, const LiveSource& live) const override {
     const Inode& root = *tree.get(Tree::kRoot);
     if (tree.lookup(Tree::kRoot, ".zeromount")) {
@@ -21,7 +21,7 @@ class StatusProvider final : public Provider {
       return;
     }
     const uint64_t d = tree.add_dir(Tree::kRoot, ".zeromount", root.mtime);
-    tree.mark_made_by(d, kind());
+    tree.mark_made_by(d, *this);
     tree.set_access(d, root.access, {root.access.perm & 0444u, root.access.uid, root.access.gid, true});
     const LiveSource* src = &live;
     // On an allow_other mount each reader sees the lines about what it may read, and its own processes.

@@ -16,12 +16,12 @@ constexpr const char* kSuffix = "_universal";
 
 class UniversalProvider final : public Provider {
  public:
-  const char* kind() const override { return kind_name; }
+  std::string_view kind() const override { return "universal"; }
 
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const ds::TagIndex& ix = *tag.index;
     const struct timespec mtime = cx.mtime();
-    const uint64_t u = cx.add_made_dir(ix.tag + kSuffix, kind(), {&tag});
+    const uint64_t u = cx.add_made_dir(ix.tag + kSuffix, *this, {&tag});
     if (!u) return;
     Tree& tree = cx.tree();
     const MountedTag* t = &tag;
@@ -60,22 +60,22 @@ class UniversalProvider final : public Provider {
     if (!latest) return;
     const uint64_t dir = cx.dir();
     const Inode* u = cx.tree().lookup(dir, *latest + kSuffix);
-    if (!u || u->made_by != kind()) return;
+    if (!u || u->made_by != this) return;
     if (cx.tree().lookup(dir, "latest_universal")) return;       // the folder's own is shown as is
     const Inode* real_latest = cx.tree().lookup(dir, "latest");  // its text comes from there
     const CheckpointFolder* folder = &cx.folder();
     const Tree* tree = &cx.tree();
     std::string last = *latest + kSuffix;
+    const Provider* self = this;
     cx.add_made_text(
-        "latest_universal", kind(),
-        [folder, tree, dir, last] {
+        "latest_universal", *this,
+        [folder, tree, dir, last, self] {
           const auto now = folder->latest_tag();
           const Inode* d = now ? tree->lookup(dir, *now + kSuffix) : nullptr;
-          return d && d->made_by == kind_name ? *now + kSuffix : last;
+          return d && d->made_by == self ? *now + kSuffix : last;
         },
         real_latest ? real_latest->access : u->access);
   }
-  static constexpr const char* kind_name = "universal";
 };
 
 }  // namespace

@@ -41,13 +41,13 @@ bool model_file(const Inode& n) {
 class WeightsProvider final : public Provider {
  public:
   explicit WeightsProvider(Weights which) : which_(which) {}
-  const char* kind() const override { return which_ == Weights::Master ? "fp32" : "training"; }
+  std::string_view kind() const override { return which_ == Weights::Master ? "fp32" : "training"; }
 
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const std::string suffix = folder_suffix(*tag.index);
     if (suffix.empty()) return;
     const struct timespec mtime = cx.mtime();
-    const uint64_t d = cx.add_made_dir(tag.index->tag + suffix, kind(), {&tag});
+    const uint64_t d = cx.add_made_dir(tag.index->tag + suffix, *this, {&tag});
     if (!d) return;
     copy_real_entries(cx.tree(), cx.folder(), d, model_file);
     const MountedTag* t = &tag;

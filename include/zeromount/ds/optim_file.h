@@ -1,0 +1,33 @@
+#pragma once
+// DeepSpeed's optimizer-state files, written side: what one rank's *_optim_states.pt holds when
+// DeepSpeed's optimizer classes save it at a target layout (fake-layouts plan §4 lists every key,
+// in order, and where each value comes from): DeepSpeedZeroOptimizer (ZeRO-1/2), BF16_Optimizer
+// and DeepSpeedZeroOptimizer_Stage3, typed from the index. The view turns the tree into a file.
+#include <cstdint>
+#include <functional>
+
+#include "zeromount/ds/tag_index.h"
+#include "zeromount/ds/target_layout.h"
+#include "zeromount/pt/value.h"
+
+namespace zm::ds {
+
+// Where a shard extent of the index is read from (the view maps shard ids to its file table).
+using ExtentMap = std::function<pt::Extent(const pt::Extent&)>;
+
+// What an optimizer-state file of the target is made from.
+struct OptimSource {
+  const TagIndex& index;
+  const PartitionPlan& plan;
+  const SourceOptions& options;
+  const pt::Node* model_root;  // the source's model-state pickle: its ds_config and ds_version
+  ExtentMap map;
+};
+
+// Rank `rank`'s optimizer-state pickle at plan.target, built in `a`.
+const pt::Node* optim_states_pickle(pt::Arena& a, const OptimSource& src, uint32_t rank);
+
+// deepspeed.runtime.zero.config.ZeroStageEnum(stage), as model- and optimizer-state files hold it.
+const pt::Node* zero_stage_enum(pt::Arena& a, int stage);
+
+}  // namespace zm::ds
