@@ -34,11 +34,11 @@ def listdir_until(path, name, seconds=5.0):
 
 def test_the_output_dir_shows_a_checkpoint_folder_per_checkpoint():
     with mount(RUN) as m:
-        assert sorted(os.listdir(m)) == [".zeromount", "checkpoint-2", "checkpoint-4"]
+        assert sorted(os.listdir(m)) == [".zeromount", "checkpoint-2", "checkpoint-4", "report.html"]  # a run folder
         for n in (2, 4):
             ck = f"{m}/checkpoint-{n}"
             made = {f"global_step{n}_universal", f"global_step{n}_params", f"global_step{n}_fp32", "latest_universal",
-                    "layouts"}
+                    "layouts", "report.html"}
             real = set(os.listdir(os.path.join(RUN, f"checkpoint-{n}")))
             assert set(os.listdir(ck)) == real | made
             assert open(f"{ck}/latest_universal").read() == f"global_step{n}_universal"

@@ -53,9 +53,9 @@ std::string params_readme(const std::string& tag, bool report) {
          "                     (computed when you read it, then cached)\n"
          "<param>/<state>.npy  one optimizer state as a numpy array: np.load(path, mmap_mode='r')\n\n"
          "Folder names are parameter names, escaped only where a name cannot be a folder: '/' is written %2F,\n"
-         "\".\" and \"..\" as %2E and %2E%2E, a parameter named README or summary gets %52EADME or %73ummary,\n"
-         "and a name over 255 bytes is cut and ends in %~<hash> (its info holds the whole name); a parameter named\n"
-         "report.html gets %72eport.html.\n"
+         "\".\" and \"..\" as %2E and %2E%2E, a parameter named README, summary or report.html gets %52EADME,\n"
+         "%73ummary or %72eport.html, and a name over 255 bytes is cut and ends in %~<hash> (its info holds the\n"
+         "whole name).\n"
          "The consolidated fp32 weights, as zero_to_fp32.py writes them, are in ../" +
          tag +
          "_fp32/model.safetensors.\n"
