@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   if (!dir) return fprintf(stderr, "%s: no such layout\n", target.c_str()), 1;
   const zm::view::Inode* tag = nullptr;
   for (auto e = v->dir_entry(*dir, 2); e; e = v->dir_entry(*dir, e->next))
-    if (e->node->dir) tag = e->node;
+    if (e->node->is_dir()) tag = e->node;
   if (!tag) return fprintf(stderr, "no tag folder\n"), 1;
   double t_model = 0, t_optim = 0;
   size_t n_model = 0, n_optim = 0;

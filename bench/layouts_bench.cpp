@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   if (!dir) return fprintf(stderr, "%s: refused or not a layout name (see the log)\n", target.c_str()), 1;
   const Inode* tag = nullptr;
   for (auto e = v->dir_entry(*dir, 2); e; e = v->dir_entry(*dir, e->next))
-    if (e->node->dir) tag = e->node;
+    if (e->node->is_dir()) tag = e->node;
   if (!tag) return fprintf(stderr, "no tag folder\n"), 1;
   const size_t nodes = v->tree().size();
   for (const char* which : {"first", "last"}) {

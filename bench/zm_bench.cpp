@@ -67,7 +67,7 @@ int vfile(const std::string& ckpt) {
   std::vector<zm::view::OpenFile> files;
   for (uint64_t i = 1; i <= v->tree().size(); ++i) {
     const auto& n = *v->tree().get(i);
-    if (!n.dir && n.name.size() > 3 && n.name.substr(n.name.size() - 3) == ".pt" && n.name != "step.pt" &&
+    if (!n.is_dir() && n.name.size() > 3 && n.name.substr(n.name.size() - 3) == ".pt" && n.name != "step.pt" &&
         v->describe(n).find("_universal/zero/") != std::string::npos)
       files.push_back(v->open(n, O_RDONLY));
   }

@@ -77,13 +77,13 @@ int inspect_html(const std::string& ckpt, const std::string& tag, const std::str
   vo.rescan_seconds = 0;  // the tags there are now
   const auto v = view::View::load(ckpt, vo);
   const std::string page = tag.empty() ? "report.html" : tag + "_params/report.html";
-  const view::Inode* n = v->inode(view::Tree::kRoot).dir ? &v->inode(view::Tree::kRoot) : nullptr;
+  const view::Inode* n = v->inode(view::Tree::kRoot).is_dir() ? &v->inode(view::Tree::kRoot) : nullptr;
   for (size_t at = 0; n && at <= page.size();) {
     const size_t end = std::min(page.find('/', at), page.size());
     n = v->lookup(n->ino, page.substr(at, end - at));
     at = end + 1;
   }
-  if (!n || n->dir)
+  if (!n || n->is_dir())
     throw Error(ckpt + ": no " + page +
                     (tag.empty() ? " (it holds no tag folder, and no checkpoint folder one level below)"
                                  : " (no such tag; a tag in a folder below is named by its path, e.g. "

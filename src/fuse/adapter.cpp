@@ -241,7 +241,7 @@ void readdir_impl(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
         } else {
           struct stat st {};
           st.st_ino = e->node->ino;
-          st.st_mode = e->node->dir ? S_IFDIR : e->node->link.empty() ? S_IFREG : S_IFLNK;
+          st.st_mode = e->node->is_dir() ? S_IFDIR : e->node->link() ? S_IFLNK : S_IFREG;
           len = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st, off_t(e->next));
         }
       } catch (...) {

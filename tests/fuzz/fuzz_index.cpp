@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string buf(1 << 16, '\0');
     for (uint64_t i = 1; i <= v->tree().size(); ++i) {
       const auto& n = *v->tree().get(i);
-      if (n.dir) continue;
+      if (n.is_dir()) continue;
       try {
         v->attr(n);
         const auto c = v->open(n, O_RDONLY);

@@ -45,7 +45,7 @@ TEST(LibTorch, OpensEverySynthesizedFile) {
     const std::string dir = temp_dir();
     for (uint64_t i = 1; i <= v->tree().size(); ++i) {
       const view::Inode& n = *v->tree().get(i);
-      if (n.dir || n.name.size() < 3 || n.name.substr(n.name.size() - 3) != ".pt") continue;
+      if (n.is_dir() || n.name.size() < 3 || n.name.substr(n.name.size() - 3) != ".pt") continue;
       const auto c = v->open(n, O_RDONLY);
       std::string bytes(c.size(), '\0');
       ASSERT_EQ(c.read(0, bytes.data(), bytes.size()), bytes.size());

@@ -103,9 +103,9 @@ std::string parallel_text(const ds::TagIndex& ix) {
 // Every file below `dir` of a view, with its bytes.
 void files_below(const view::View& v, const view::Inode& dir, const std::string& path,
                  std::map<std::string, std::string>& out) {
-  for (uint64_t c : dir.children) {
+  for (uint64_t c : dir.folder().children) {
     const view::Inode& n = *v.tree().get(c);
-    if (n.dir) {
+    if (n.is_dir()) {
       files_below(v, n, path + "/" + n.name, out);
       continue;
     }

@@ -568,9 +568,9 @@ TEST(LayoutsSizer, SizedIsBuiltForEveryFixtureAndTargetKind) {
         const Inode& dir = at(*v, "/layouts/" + target + "/" + tag);
         for (auto e = v->dir_entry(dir, 2); e; e = v->dir_entry(dir, e->next)) {
           SCOPED_TRACE(fixture + " as " + target + (crc ? " -o crc: " : ": ") + std::string(e->name));
-          EXPECT_EQ(bool(e->node->sizer), target.starts_with("zero3"));
-          if (!e->node->sizer) continue;
-          const uint64_t size = e->node->sizer();
+          EXPECT_EQ(bool(e->node->file().sizer), target.starts_with("zero3"));
+          if (!e->node->file().sizer) continue;
+          const uint64_t size = e->node->file().sizer();
           EXPECT_EQ(uint64_t(v->attr(*e->node).st_size), size);
           EXPECT_EQ(v->open(*e->node, O_RDONLY).size(), size) << "the built file has the sized size";
           ++sized;

@@ -69,7 +69,7 @@ TEST(Policy, DirectoryOffsetsResumeWhereTheyStopped) {
   EXPECT_EQ(all[1], "..");
   EXPECT_EQ(v->dir_entry(dir, 0)->node, &dir);
   EXPECT_EQ(v->dir_entry(dir, 1)->node, &at(*v, "/global_step3_universal"));
-  EXPECT_EQ(all.size(), dir.children.size() + 2);
+  EXPECT_EQ(all.size(), dir.folder().children.size() + 2);
   // Resuming at any offset gives the rest of the same listing.
   for (uint64_t off = 0; off < all.size(); ++off) EXPECT_EQ(v->dir_entry(dir, off)->name, all[off]);
   EXPECT_FALSE(v->dir_entry(dir, all.size()));
@@ -151,7 +151,7 @@ TEST(Policy, MadeUpFoldersAreMarkedByTheirProviderNotByTheirName) {
   auto v = View::load(src);
   std::set<std::string> kinds;
   for (const auto& p : view::providers()) kinds.emplace(p->kind());
-  for (uint64_t c : v->inode(view::Tree::kRoot).children) {
+  for (uint64_t c : v->inode(view::Tree::kRoot).folder().children) {
     const Inode& n = v->inode(c);
     if (n.made_by) {
       EXPECT_TRUE(kinds.count(std::string(n.made_by->kind()))) << n.name;

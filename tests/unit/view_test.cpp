@@ -25,7 +25,7 @@ using view::View;
 
 std::set<std::string> names(const View& v, const Inode& dir) {
   std::set<std::string> s;
-  for (uint64_t c : dir.children) s.insert(v.tree().get(c)->name);
+  for (uint64_t c : dir.folder().children) s.insert(v.tree().get(c)->name);
   return s;
 }
 
@@ -42,9 +42,9 @@ TEST_P(ViewOf, UniversalFolderMatchesDsToUniversal) {
   for (const auto& e : fs::directory_iterator(ref + "/zero")) want.insert(e.path().filename().string());
   EXPECT_EQ(names(*v, zero), want);
   const std::string tmp = temp_dir();
-  for (uint64_t c : zero.children) {
+  for (uint64_t c : zero.folder().children) {
     const Inode& p = *v->tree().get(c);
-    if (!p.dir) continue;
+    if (!p.is_dir()) continue;
     std::set<std::string> files = names(*v, p), ref_files;
     for (const auto& e : fs::directory_iterator(ref + "/zero/" + p.name))
       ref_files.insert(e.path().filename().string());
@@ -121,12 +121,12 @@ TEST_P(ViewOf, RandomChunksEqualWholeReads) {
   std::mt19937 rng(7);
   std::vector<const Inode*> files;
   for (uint64_t i = 1; i <= v->tree().size(); ++i)
-    if (!v->tree().get(i)->dir) files.push_back(v->tree().get(i));
+    if (!v->tree().get(i)->is_dir()) files.push_back(v->tree().get(i));
   for (const Inode* f : files) {
     const auto c = v->open(*f, O_RDONLY);  // one open: a live file (stats) is one snapshot per open
     std::string whole(c.size(), '\0');
     ASSERT_EQ(c.read(0, whole.data(), whole.size()), whole.size());
-    if (!f->live) {
+    if (!f->is_live()) {
       EXPECT_EQ(whole, content_of(*v, *f)) << v->describe(*f);
     }
     for (int k = 0; k < 20; ++k) {
@@ -178,7 +178,7 @@ TEST(ViewConcurrency, SixteenThreadsReadRandomRanges) {
   std::vector<std::string> whole;
   auto ref = view::View::load(kFixtures + "/z3_ws2_fp32_pg2_sg200/checkpoint");
   for (uint64_t i = 1; i <= ref->tree().size(); ++i)
-    if (!ref->tree().get(i)->dir && !ref->tree().get(i)->live) {  // live files change with every read
+    if (!ref->tree().get(i)->is_dir() && !ref->tree().get(i)->is_live()) {  // live files change with every read
       files.push_back(v->tree().get(i));
       whole.push_back(content_of(*ref, *ref->tree().get(i)));
     }

@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "zeromount/pt/virtual_file.h"
@@ -74,21 +75,8 @@ class LazyDir {
   virtual std::string listed_name(uint64_t k) const { return {}; }
 };
 
-struct Inode {
-  uint64_t ino = 0;
-  uint64_t parent = 0;
-  std::string name;
-  bool dir = false;
-  std::string link;  // a symbolic link's target, as stored; empty for files and folders
-  struct timespec mtime {};
-  // For an entry a Provider made beside the tags of a checkpoint folder, that Provider (its
-  // identity: the one registered object of its kind); nullptr for real entries and for
-  // everything below such an entry.
-  const Provider* made_by = nullptr;
-  // Unset: inherited from the nearest folder above that has one (files take its files_below).
-  Access access;
-  Access files_below;
-  // Directories
+// What only a folder has.
+struct FolderData {
   std::vector<uint64_t> children;  // eager entries, in listing order
   std::unordered_map<std::string, uint64_t> by_name;
   std::shared_ptr<const LazyDir> lazy;
@@ -99,8 +87,12 @@ struct Inode {
   std::string real;
   bool plain = false;
   mutable std::atomic<bool> filled{true};
-  // Files: either a builder, run on first open or stat, or a known size with a builder too.
-  // A live file's builder runs on every open and stat, and its content is never cached.
+};
+
+// What only a file has: either a builder, run on first open or stat, or a known size with a
+// builder too. A live file's builder runs on every open and stat, and its content is never cached.
+struct FileData {
+  static constexpr uint64_t kUnknown = ~uint64_t(0);
   Builder build;
   Sizer sizer;
   // Its sizer lists and indexes folders (a page across the checkpoint folders of a run): a listing
@@ -109,13 +101,52 @@ struct Inode {
   bool live = false;
   CallerBuilder build_for;  // a live file whose content depends on who reads it
   mutable std::atomic<uint64_t> size{kUnknown};
-  static constexpr uint64_t kUnknown = ~uint64_t(0);
+};
+
+// What only a symbolic link has: its target, as stored.
+struct LinkData {
+  std::string target;
+};
+
+// One entry: what every kind has, and its kind's own data (mountpoint-s3's InodeKindData), so
+// that a folder cannot carry a builder nor a file a listing.
+struct Inode {
+  static constexpr uint64_t kUnknown = FileData::kUnknown;
+  uint64_t ino = 0;
+  uint64_t parent = 0;
+  std::string name;
+  struct timespec mtime {};
+  // For an entry a Provider made beside the tags of a checkpoint folder, that Provider (its
+  // identity: the one registered object of its kind); nullptr for real entries and for
+  // everything below such an entry.
+  const Provider* made_by = nullptr;
+  // Unset: inherited from the nearest folder above that has one (files take its files_below).
+  Access access;
+  Access files_below;
+  std::variant<FolderData, FileData, LinkData> kind;
   // Forgettable entries: one a LazyDir made may be dropped once the kernel holds no reference to
   // it (nlookup, FUSE's lookup count) and no file of it is open, and made again if looked up.
   bool made_lazily = false;
   std::list<uint64_t>::iterator made_at;  // its place in Tree's list of made entries
   mutable std::atomic<uint64_t> nlookup{0};
   mutable std::atomic<uint32_t> opens{0};
+
+  bool is_dir() const { return std::holds_alternative<FolderData>(kind); }
+  bool is_file() const { return std::holds_alternative<FileData>(kind); }
+  // A file rebuilt on every open (FileData::live).
+  bool is_live() const {
+    const FileData* f = std::get_if<FileData>(&kind);
+    return f && f->live;
+  }
+  const FolderData& folder() const { return std::get<FolderData>(kind); }
+  FolderData& folder() { return std::get<FolderData>(kind); }
+  const FileData& file() const { return std::get<FileData>(kind); }
+  FileData& file() { return std::get<FileData>(kind); }
+  // A symbolic link's target; nullptr for files and folders.
+  const std::string* link() const {
+    const LinkData* l = std::get_if<LinkData>(&kind);
+    return l ? &l->target : nullptr;
+  }
 };
 
 class Tree {
@@ -134,26 +165,26 @@ class Tree {
   uint64_t add_real_dir(uint64_t parent, const std::string& name, struct timespec mtime, std::string path, bool plain);
   // Another name for a real entry `of`: the same bytes, link target or folder (then `plain`).
   uint64_t add_copy(uint64_t parent, const Inode& of);
-  void set_filled(uint64_t dir) { node(dir).filled.store(true); }
+  void set_filled(uint64_t dir) { node(dir).folder().filled.store(true); }
   // Folder `dir` shows real folder `path`, whose entries are not made yet.
   void make_real(uint64_t dir, std::string path) {
-    node(dir).real = std::move(path);
-    node(dir).filled.store(false);
+    node(dir).folder().real = std::move(path);
+    node(dir).folder().filled.store(false);
   }
   // A file rebuilt on every open (its text follows the source, e.g. `latest`).
   uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, Builder build);
   // The same, built for the reader that opens it.
   uint64_t add_live_file(uint64_t parent, const std::string& name, struct timespec mtime, CallerBuilder build);
-  void set_growing(uint64_t dir, bool growing) { node(dir).growing.store(growing); }
+  void set_growing(uint64_t dir, bool growing) { node(dir).folder().growing.store(growing); }
   // Gives a file (a live one too) a Sizer: stat then sizes it without building it.
   void set_sizer(uint64_t file, Sizer sizer, bool costly) {
-    node(file).sizer = std::move(sizer);
-    node(file).costly_sizer = costly;
+    node(file).file().sizer = std::move(sizer);
+    node(file).file().costly_sizer = costly;
   }
   // Runs `f` with the tree's lock held exclusively: how entries are added after the mount.
   // Lookups and reads made by `f` itself (on this thread) do not lock again.
   void append(const std::function<void(Tree&)>& f);
-  void set_lazy(uint64_t dir, std::shared_ptr<const LazyDir> lazy) { node(dir).lazy = std::move(lazy); }
+  void set_lazy(uint64_t dir, std::shared_ptr<const LazyDir> lazy) { node(dir).folder().lazy = std::move(lazy); }
   void mark_made_by(uint64_t ino, const Provider& by) { node(ino).made_by = &by; }
   void set_access(uint64_t ino, Access self, Access files_below = {}) {
     node(ino).access = self;

@@ -89,20 +89,24 @@ class View final : public LiveSource {
   // How long the kernel may keep names and attributes: a name, once handed out, keeps its meaning.
   double cache_seconds() const { return 365.0 * 86400; }
   // ... except a live file's attributes (its size follows the source) ...
-  double attr_seconds(const Inode& n) const { return n.live ? 0 : cache_seconds(); }
+  double attr_seconds(const Inode& n) const { return n.is_live() ? 0 : cache_seconds(); }
   // ... and a growing folder's missing names, which a tag saved after the mount may fill.
-  double negative_seconds(const Inode& parent) const { return parent.growing ? opts_.rescan_seconds : cache_seconds(); }
+  double negative_seconds(const Inode& parent) const {
+    return parent.is_dir() && parent.folder().growing ? opts_.rescan_seconds : cache_seconds();
+  }
   // Whether attr(n) costs nothing now: a folder, a link, a live text, or a file whose size is known
-  // or has a Sizer that reads no folder (Inode::costly_sizer). A listing sends attributes only for those, so that `ls`
-  // of a folder of thousands of unbuilt files (a faked layout's rank files) builds none of them.
+  // or has a Sizer that reads no folder (FileData::costly_sizer). A listing sends attributes only for those, so that
+  // `ls` of a folder of thousands of unbuilt files (a faked layout's rank files) builds none of them.
   bool attr_ready(const Inode& n) const {
-    if (n.costly_sizer) return false;
-    return n.dir || !n.link.empty() || n.live || n.sizer || n.size.load(std::memory_order_relaxed) != Inode::kUnknown;
+    if (!n.is_file()) return true;
+    const FileData& f = n.file();
+    if (f.costly_sizer) return false;
+    return f.live || f.sizer || f.size.load(std::memory_order_relaxed) != Inode::kUnknown;
   }
   // Whether the kernel may keep a folder's listing.
-  bool listing_cached(const Inode& dir) const { return !dir.growing; }
+  bool listing_cached(const Inode& dir) const { return !dir.folder().growing; }
   // Whether reads of an open file bypass the page cache: live files change between opens.
-  bool direct_io(const Inode& n) const { return n.live; }
+  bool direct_io(const Inode& n) const { return n.is_live(); }
   // ENOTDIR unless `n` is a folder.
   void open_dir(const Inode& n) const;
   // The entry at `offset` of folder `dir`, or nothing past the end.

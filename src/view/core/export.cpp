@@ -48,8 +48,8 @@ struct Job {
 
 void collect(const View& v, const Inode& n, const std::string& path, std::vector<Job>& files,
              std::vector<std::string>& dirs) {
-  if (!n.link.empty()) return;  // made-up folders hold no links
-  if (!n.dir) {
+  if (n.link()) return;  // made-up folders hold no links
+  if (!n.is_dir()) {
     files.push_back({&n, path});
     return;
   }
@@ -109,7 +109,7 @@ void made_entries(const View& v, const Inode& dir, const std::string& rel, const
     const std::string path = rel.empty() ? n.name : rel + "/" + n.name;
     if (wanted(n, what))
       out.emplace_back(&n, path);
-    else if (n.dir && !n.made_by && !n.real.empty() && !n.plain)
+    else if (n.is_dir() && !n.made_by && !n.folder().real.empty() && !n.folder().plain)
       made_entries(v, n, path, what, out);
   }
 }

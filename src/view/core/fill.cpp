@@ -176,9 +176,9 @@ void View::show_tags(Folder& f, const std::vector<const MountedTag*>& tags) cons
     for (const MountedTag* t : tags) {
       const std::string& name = t->index->tag;
       const Inode* had = tree.lookup(f.node, name);
-      if (had && had->made_by) continue;    // the name means something else already
-      if (had && had->dir && had->plain) {  // refused before: its real folder may have gained files
-        if (had->filled) mirror(nullptr, had->real, had->ino);
+      if (had && had->made_by) continue;                  // the name means something else already
+      if (had && had->is_dir() && had->folder().plain) {  // refused before: its real folder may have gained files
+        if (had->folder().filled) mirror(nullptr, had->folder().real, had->ino);
         tree.set_growing(had->ino, false);
       } else if (!had) {
         mirror(&f, f.real, f.node);  // a tag saved since the last scan
@@ -200,31 +200,33 @@ void View::show_partial_tags(const Folder& f, const std::vector<std::string>& ta
   Tree& tree = tree_;  // under Tree::append
   const bool growing = opts_.rescan_seconds > 0 && opts_.tags.empty() && f.own_tag.empty();
   for (const auto& tag : tags)
-    if (const Inode* d = tree.lookup(f.node, tag); d && d->dir && d->plain && !f.is_served(tag)) {
-      if (d->filled) mirror(nullptr, d->real, d->ino);  // a save in progress: its files may still arrive
+    if (const Inode* d = tree.lookup(f.node, tag); d && d->is_dir() && d->folder().plain && !f.is_served(tag)) {
+      if (d->folder().filled)
+        mirror(nullptr, d->folder().real, d->ino);  // a save in progress: its files may still arrive
       tree.set_growing(d->ino, growing);
     }
 }
 
-void View::fill(const Inode& dir) const {
-  if (dir.filled.load()) return;
+void View::fill(const Inode& node) const {
+  if (!node.is_dir() || node.folder().filled.load()) return;
+  const FolderData& dir = node.folder();
   Growth& g = *growth_;
   std::lock_guard<std::mutex> filling(g.fill_mu);
   if (dir.filled.load()) return;
-  if (dir.plain || (!opts_.tags.empty() && dir.ino != Tree::kRoot)) {  // --tag serves SRC's own tags only
+  if (dir.plain || (!opts_.tags.empty() && node.ino != Tree::kRoot)) {  // --tag serves SRC's own tags only
     tree_.append([&](Tree& tree) {
-      mirror(nullptr, dir.real, dir.ino);
-      tree.set_filled(dir.ino);
+      mirror(nullptr, dir.real, node.ino);
+      tree.set_filled(node.ino);
     });
     return;
   }
   auto made = std::make_unique<Folder>();
   Folder& f = *made;
   f.view = this;
-  f.node = dir.ino;
+  f.node = node.ino;
   f.real = dir.real;
-  f.rel = dir.ino == Tree::kRoot ? "" : describe(dir).substr(1);
-  if (const Folder* above = dir.ino == Tree::kRoot ? nullptr : folder_of(*tree_.get(dir.parent)))
+  f.rel = node.ino == Tree::kRoot ? "" : describe(node).substr(1);
+  if (const Folder* above = node.ino == Tree::kRoot ? nullptr : folder_of(*tree_.get(node.parent)))
     f.parent = above->node;
   ds::CheckpointDir scan;
   try {
@@ -233,7 +235,7 @@ void View::fill(const Inode& dir) const {
     spdlog::warn("{}: {}", dir.real, e.what());
   }
   std::vector<std::string> tags = scan.tags;
-  if (dir.ino == Tree::kRoot && scan.root_is_tag) {  // a tag folder mounted alone: a folder holding that tag
+  if (node.ino == Tree::kRoot && scan.root_is_tag) {  // a tag folder mounted alone: a folder holding that tag
     f.own_tag = fs::path(dir.real).filename().string();
     tags = {f.own_tag};
   }

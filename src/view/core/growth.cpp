@@ -193,7 +193,7 @@ std::vector<NamedTag> View::served_tags(uint64_t folder) const {
   if (out.empty() && f->run) {
     const Inode& dir = *tree_.get(f->node);
     for (uint64_t k = 0; const Inode* n = tree_.listed_child(dir, k); ++k) {
-      if (!n->dir || n->real.empty() || n->plain || n->made_by) continue;
+      if (!n->is_dir() || n->folder().real.empty() || n->folder().plain || n->made_by) continue;
       fill(*n);
       Folder* below = nullptr;
       {
@@ -211,7 +211,7 @@ std::vector<NamedTag> View::served_tags(uint64_t folder) const {
 
 bool View::may_list(const Caller& who, uint64_t dir, const std::string& name) const {
   const Inode* n = tree_.lookup(dir, name);
-  if (!n || !who.may(access(*n), n->dir ? 0555 : 0444)) return false;
+  if (!n || !who.may(access(*n), n->is_dir() ? 0555 : 0444)) return false;
   for (const Inode* p = tree_.get(n->parent);; p = tree_.get(p->parent)) {  // every folder on the way
     if (!who.may(access(*p), 0111)) return false;
     if (p->ino == Tree::kRoot) return true;

@@ -111,9 +111,10 @@ uint64_t add_live_text(Tree& tree, uint64_t parent, const std::string& name, std
 void copy_real_entries(Tree& tree, const CheckpointFolder& folder, uint64_t parent,
                        const std::function<bool(const Inode&)>& keep) {
   std::vector<const Inode*> real;
-  for (uint64_t c : tree.get(folder.ino())->children) {
+  for (uint64_t c : tree.get(folder.ino())->folder().children) {
     const Inode& n = *tree.get(c);
-    if (n.made_by || n.live || (n.dir && n.real.empty()) || folder.is_tag(n.name) || !keep(n)) continue;
+    if (n.made_by || n.is_live() || (n.is_dir() && n.folder().real.empty()) || folder.is_tag(n.name) || !keep(n))
+      continue;
     real.push_back(&n);
   }
   for (const Inode* n : real) tree.add_copy(parent, *n);

@@ -51,7 +51,8 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   v->stats_.tags = root.tags.size();
   v->stats_.cache_hits = v->growth_->cache_hits;
   v->stats_.refused_tags = root.errors.size();
-  for (uint64_t c : tree.get(Tree::kRoot)->children) v->stats_.folders += !tree.get(c)->real.empty();
+  for (uint64_t c : tree.get(Tree::kRoot)->folder().children)
+    v->stats_.folders += tree.get(c)->is_dir() && !tree.get(c)->folder().real.empty();
   v->stats_.files = tree.files();
   v->stats_.nodes = tree.size();
   v->stats_.shards = v->files_.size();
@@ -65,7 +66,7 @@ const Inode* View::lookup(uint64_t parent, std::string_view name, bool ref) cons
   fill(*p);
   const Inode* n = tree_.lookup(parent, name, ref);
   if (n) return n;
-  return p->growing && refresh(*p) ? tree_.lookup(parent, name, ref) : nullptr;
+  return p->is_dir() && p->folder().growing && refresh(*p) ? tree_.lookup(parent, name, ref) : nullptr;
 }
 
 const Inode& View::inode(uint64_t ino) const {
@@ -78,10 +79,10 @@ Access View::access(const Inode& n) const {
   if (n.access.set) return n.access;
   // Made-up entries below a top-level made-up folder: folders take its access, files its files_below.
   for (const Inode* p = tree_.get(n.parent); p; p = p->ino == Tree::kRoot ? nullptr : tree_.get(p->parent)) {
-    const Access& a = n.dir ? p->access : p->files_below;
+    const Access& a = n.is_dir() ? p->access : p->files_below;
     if (a.set) return a;
   }
-  return {n.dir ? 0555u : 0444u, uid_, gid_, true};
+  return {n.is_dir() ? 0555u : 0444u, uid_, gid_, true};
 }
 
 struct stat View::attr(const Inode& n, const Caller& who) const {
@@ -92,21 +93,22 @@ struct stat View::attr(const Inode& n, const Caller& who) const {
   st.st_gid = a.gid;
   st.st_mtim = st.st_ctim = st.st_atim = n.mtime;
   st.st_blksize = kRequestBytes;
-  if (n.dir) {
+  if (n.is_dir()) {
     st.st_mode = S_IFDIR | (a.perm & 0555);
     st.st_nlink = 2;
     return st;
   }
-  if (!n.link.empty()) {
+  if (const std::string* target = n.link()) {
     st.st_mode = S_IFLNK | 0777;
     st.st_nlink = 1;
-    st.st_size = off_t(n.link.size());
+    st.st_size = off_t(target->size());
     return st;
   }
   st.st_mode = S_IFREG | (a.perm & 0555);
   st.st_nlink = 1;
-  uint64_t size = n.live ? Inode::kUnknown : n.size.load(std::memory_order_relaxed);
-  if (size == Inode::kUnknown && n.sizer) n.size.store(size = n.sizer(), std::memory_order_relaxed);
+  const FileData& f = n.file();
+  uint64_t size = f.live ? Inode::kUnknown : f.size.load(std::memory_order_relaxed);
+  if (size == Inode::kUnknown && f.sizer) f.size.store(size = f.sizer(), std::memory_order_relaxed);
   if (size == Inode::kUnknown) size = content(n, who)->size();
   st.st_size = off_t(size);
   st.st_blocks = blkcnt_t((size + 511) / 512);
@@ -114,13 +116,13 @@ struct stat View::attr(const Inode& n, const Caller& who) const {
 }
 
 void View::open_dir(const Inode& n) const {
-  if (!n.dir) throw Error(describe(n) + ": not a folder", ENOTDIR);
+  if (!n.is_dir()) throw Error(describe(n) + ": not a folder", ENOTDIR);
 }
 
 std::optional<DirEntry> View::dir_entry(const Inode& dir, uint64_t offset, bool ref) const {
-  if (!dir.dir) throw Error(describe(dir) + ": not a folder", ENOTDIR);
+  if (!dir.is_dir()) throw Error(describe(dir) + ": not a folder", ENOTDIR);
   fill(dir);
-  if (offset == 0 && dir.growing) refresh(dir);  // a new listing may show what was saved since
+  if (offset == 0 && dir.folder().growing) refresh(dir);  // a new listing may show what was saved since
   if (offset == 0) return DirEntry{".", &dir, 1};
   if (offset == 1) return DirEntry{"..", tree_.get(dir.parent), 2};
   const Inode* n = tree_.listed_child(dir, offset - 2, ref);
@@ -129,13 +131,14 @@ std::optional<DirEntry> View::dir_entry(const Inode& dir, uint64_t offset, bool 
 }
 
 std::string View::readlink(const Inode& n) const {
-  if (n.link.empty()) throw Error(describe(n) + ": not a symbolic link", EINVAL);
-  return n.link;
+  const std::string* target = n.link();
+  if (!target) throw Error(describe(n) + ": not a symbolic link", EINVAL);
+  return *target;
 }
 
 OpenFile View::open(const Inode& n, int flags, const Caller& who) const {
-  if (!n.link.empty()) throw Error(describe(n) + ": a symbolic link is resolved by the kernel", ELOOP);
-  if (n.dir) throw Error(describe(n) + ": is a folder", EISDIR);
+  if (n.link()) throw Error(describe(n) + ": a symbolic link is resolved by the kernel", ELOOP);
+  if (n.is_dir()) throw Error(describe(n) + ": is a folder", EISDIR);
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) throw Error(describe(n) + ": read-only view", kChangeErrno);
   auto built = content(n, who);
   std::lock_guard<std::mutex> lock(growth_->mu);
@@ -157,9 +160,10 @@ FsStats View::statfs() const {
 }
 
 std::shared_ptr<const pt::VirtualFile> View::content(const Inode& n, const Caller& who) const {
-  if (n.dir || !n.build) throw Error("not a file", EISDIR);
-  if (n.build_for) return std::make_shared<const pt::VirtualFile>(n.build_for(who));
-  if (n.live) return std::make_shared<const pt::VirtualFile>(n.build());  // never cached: it follows SRC
+  if (!n.is_file() || !n.file().build) throw Error("not a file", EISDIR);
+  const FileData& f = n.file();
+  if (f.build_for) return std::make_shared<const pt::VirtualFile>(f.build_for(who));
+  if (f.live) return std::make_shared<const pt::VirtualFile>(f.build());  // never cached: it follows SRC
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = cached_.find(n.ino);
@@ -168,10 +172,10 @@ std::shared_ptr<const pt::VirtualFile> View::content(const Inode& n, const Calle
       return it->second->second;
     }
   }
-  auto built = std::make_shared<const pt::VirtualFile>(n.build());
-  const uint64_t known = n.size.load(std::memory_order_relaxed);
+  auto built = std::make_shared<const pt::VirtualFile>(f.build());
+  const uint64_t known = f.size.load(std::memory_order_relaxed);
   if (known == Inode::kUnknown)
-    n.size.store(built->size(), std::memory_order_relaxed);
+    f.size.store(built->size(), std::memory_order_relaxed);
   else if (known != built->size())
     throw Error(describe(n) + ": size changed from " + std::to_string(known) + " to " + std::to_string(built->size()),
                 EIO);

@@ -122,7 +122,7 @@ class Targets final : public LazyDir {
     }
     const uint64_t d = tree.add_dir(dir, std::string(name), mtime_, false);
     // Tags saved later join it: a listing must not be kept as complete (growing, like its folder).
-    tree.set_growing(d, tree.get(folder_->ino())->growing.load());
+    tree.set_growing(d, tree.get(folder_->ino())->folder().growing.load());
     if (has_latest_) {
       const CheckpointFolder* folder = folder_;
       add_live_text(
@@ -151,8 +151,8 @@ class Targets final : public LazyDir {
     }
     tags_.push_back(&tag);
     std::vector<std::pair<std::string, uint64_t>> made;
-    for (const auto& [name, ino] : tree.get(dir)->by_name)
-      if (tree.get(ino)->dir) made.emplace_back(name, ino);
+    for (const auto& [name, ino] : tree.get(dir)->folder().by_name)
+      if (tree.get(ino)->is_dir()) made.emplace_back(name, ino);
     for (const auto& [name, ino] : made) {
       try {
         const ds::TargetLayout target = *ds::parse_target(name);
@@ -275,7 +275,7 @@ class LayoutsProvider final : public Provider {
   const Targets* targets(ProviderContext& cx) const {
     const Inode* dir = cx.tree().lookup(cx.dir(), cx.options().layouts_dir);
     if (!dir || dir->made_by != this) return nullptr;
-    return dynamic_cast<const Targets*>(dir->lazy.get());
+    return dynamic_cast<const Targets*>(dir->folder().lazy.get());
   }
 };
 

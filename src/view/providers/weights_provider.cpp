@@ -32,7 +32,7 @@ bool model_file(const Inode& n) {
                                  "chat_template.json",
                                  "preprocessor_config.json",
                                  "processor_config.json"};
-  if (n.dir) return false;
+  if (n.is_dir()) return false;
   for (const char* k : kNames)
     if (n.name == k) return true;
   return false;
