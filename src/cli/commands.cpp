@@ -159,10 +159,6 @@ int dump(const std::string& file, bool json) {
   return 0;
 }
 
-}  // namespace zm::cli
-
-namespace zm::cli {
-
 namespace {
 
 void raise_fd_limit() {

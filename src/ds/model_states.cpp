@@ -4,9 +4,8 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "zeromount/ds/shard_names.h"
-
 #include "zeromount/ds/checkpoint.h"
+#include "zeromount/ds/shard_names.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_file.h"
 
@@ -121,10 +120,6 @@ std::vector<StepValue> read_scalars(const TagIndex& index, const Field* state, u
   for (const auto& name : index.scalar_names) out.push_back(read_scalar((*state)[name], shard));
   return out;
 }
-
-}  // namespace zm::ds
-
-namespace zm::ds {
 
 namespace {
 

@@ -65,9 +65,6 @@ void index_parallel(TagIndex& index, bool strict);
 // Python's repr of a list of str, for messages that read like DeepSpeed's.
 std::string py_str_list(const std::vector<std::string>& v);
 
-}  // namespace zm::ds
-
-namespace zm::ds {
 // The tag folder holds files of more than one model-parallel rank, layer files or expert files.
 bool is_parallel_tag(const std::string& dir);
 }  // namespace zm::ds

@@ -181,11 +181,6 @@ TEST(Folders, LatestNamingATruncatedTagAtMountShowsTheNewestServedTag) {
             std::string::npos);
 }
 
-}  // namespace
-}  // namespace zm
-
-namespace zm {
-namespace {
 
 // issue 19: every distinct target name anyone looks up costs memory only while the kernel holds it.
 TEST(Folders, TargetNamesAreForgottenWithTheKernelsReferences) {

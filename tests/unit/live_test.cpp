@@ -214,11 +214,6 @@ TEST(LiveFolder, ErrorsShowEachReaderWhatItMayRead) {
   EXPECT_EQ(all.find(f.src), std::string::npos) << "no absolute source path: " << all;
 }
 
-}  // namespace
-}  // namespace zm
-
-namespace zm {
-namespace {
 
 // Tags appear while readers list, look up and read: run under ThreadSanitizer in CI.
 TEST(LiveFolderConcurrency, TagsAppearWhileEightThreadsRead) {
