@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from run import mounted, server_pid, unmount  # bench/run.py
+from run import server_pid, unmount  # bench/run.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

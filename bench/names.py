@@ -49,7 +49,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     ckpt = gen(a.work, f"z2_p{a.params}", "--stage", "2", "--dp", "8", "--params", str(a.params), "--numel-min",
                "16", "--numel-max", "256")
-    print(f"| names | VmRSS idle | after the lookups | after drop_caches | per name |")
+    print("| names | VmRSS idle | after the lookups | after drop_caches | per name |")
     print("|---|---|---|---|---|")
     for n in a.names:
         with Mount(ckpt, a.work) as m:

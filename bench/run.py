@@ -11,7 +11,6 @@ import glob
 import json
 import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -348,7 +347,7 @@ def main():
                 for f in sorted(glob.glob(os.path.join(ck, "*", "*optim_states.pt"))):
                     with open(f, "rb") as src:
                         shutil.copyfileobj(src, out, 1 << 24)
-        one = full_read(ck, a.work, lab, exe, backing)
+        full_read(ck, a.work, lab, exe, backing)
         print(sh(ZMB, "vfile", ck).strip())
         zero3_pattern(ck, a.work, lab, 8)
         safetensors_stream(ck, a.work, lab)

@@ -112,11 +112,21 @@ std::string loss_scaler_text(const LossScaler& ls) {
   return s + ")";
 }
 
-std::string inspect_text(const TagIndex& ix) {
+uint64_t trainable_numel(const TagIndex& ix) {
   uint64_t numel = 0;
   for (const auto& p : ix.params) numel += p.numel;
+  return numel;
+}
+
+std::string states_text(const TagIndex& ix) {
+  if (!ix.has_state()) return "none (saved before the first step)";
   std::string states;
   for (size_t k = 1; k < ix.state_names.size(); ++k) states += (k > 1 ? ", " : "") + ix.state_names[k];
+  return states;
+}
+
+std::string inspect_text(const TagIndex& ix) {
+  const uint64_t numel = trainable_numel(ix);
   std::string o;
   auto line = [&](const char* k, const std::string& v) { o += pad(k, 12) + v + "\n"; };
   line("checkpoint", ix.dir);
@@ -129,8 +139,7 @@ std::string inspect_text(const TagIndex& ix) {
   line("optimizer",
        std::string(optimizer_class_name(ix.optimizer)) + " (step stored as " + step_kind_name(ix.step_kind) + ")");
   line("training", std::string(pt::dtype_name(ix.module_dtype)) + " module weights");
-  line("dtype", std::string(pt::dtype_name(ix.master_dtype)) + " master weights; optimizer states: " +
-                    (ix.has_state() ? states : "none (saved before the first step)"));
+  line("dtype", std::string(pt::dtype_name(ix.master_dtype)) + " master weights; optimizer states: " + states_text(ix));
   std::string per_group;
   for (const auto& k : ix.scalar_names) per_group += (per_group.empty() ? "" : ", ") + k;
   if (!per_group.empty()) line("per group", per_group);

@@ -79,27 +79,21 @@ class Emitter {
   // The memo entry of an object that exists only during this emission (a fresh tuple in Python):
   // it takes an index, as CPython's BINPUT does, but can never be found again.
   void memoize_fresh() { put(next_memo_++); }
-  void put(uint32_t idx) {
-    if (idx < 256) {
-      u8('q');
-      u8(uint8_t(idx));
-    } else {
-      u8('r');
-      le(idx, 4);
-    }
-  }
+  void put(uint32_t idx) { memo_op('q', 'r', idx); }  // BINPUT, LONG_BINPUT
   bool get(const void* key) {
     const uint32_t* idx = memo_.find(key);
     if (!idx) return false;
     binget(*idx);
     return true;
   }
-  void binget(uint32_t idx) {
+  void binget(uint32_t idx) { memo_op('h', 'j', idx); }  // BINGET, LONG_BINGET
+  // A memo opcode: its one-byte form for the first 256 entries, its four-byte form after.
+  void memo_op(uint8_t one_byte, uint8_t four_bytes, uint32_t idx) {
     if (idx < 256) {
-      u8('h');
+      u8(one_byte);
       u8(uint8_t(idx));
     } else {
-      u8('j');
+      u8(four_bytes);
       le(idx, 4);
     }
   }

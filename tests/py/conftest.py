@@ -123,6 +123,19 @@ def source_never_written():
     assert tree_hash(FIXTURES) == before, "the source tree was modified"
 
 
+@pytest.fixture(scope="module", params=DP_FIXTURES)
+def mnt(request):
+    """Each data-parallel fixture's checkpoint folder mounted, once per module: (name, mount point)."""
+    with mount(os.path.join(FIXTURES, request.param, "checkpoint")) as m:
+        yield request.param, m
+
+
+def live_state(name):
+    """The engine's own state when the fixture was saved (meta/live_state.pt): the ground truth."""
+    import torch
+    return torch.load(os.path.join(FIXTURES, name, "meta", "live_state.pt"), weights_only=False)
+
+
 @pytest.fixture
 def tmp_copy(tmp_path):
     """A writable copy of one fixture's checkpoint, for breaking."""

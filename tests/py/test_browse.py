@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DP_FIXTURES, FIXTURES, mount
+from conftest import FIXTURES, live_state
 
 TAG = "global_step3"
 DTYPES = {"BF16": np.int16, "F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8}
@@ -35,16 +35,6 @@ def read_safetensors(path):
     assert spans[0][0] == 0 and spans[-1][1] == len(data)
     assert all(x[1] == y[0] for x, y in zip(spans, spans[1:])), "offsets must tile the buffer"
     return out
-
-
-@pytest.fixture(scope="module", params=DP_FIXTURES)
-def mnt(request):
-    with mount(os.path.join(FIXTURES, request.param, "checkpoint")) as m:
-        yield request.param, m
-
-
-def live_state(name):
-    return torch.load(os.path.join(FIXTURES, name, "meta", "live_state.pt"), weights_only=False)
 
 
 def as_torch(a, dtype):

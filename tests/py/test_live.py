@@ -3,7 +3,6 @@ mount. A tag saved after the mount appears once it indexes, `latest` follows the
 handed out keep their meaning; `.zeromount/stats` counts what each reader took from the shards;
 `-o crc` gives made-up .pt files real CRC-32s. torch, zipfile and the source's bytes are the
 independent readers."""
-import errno
 import os
 import shutil
 import subprocess

@@ -12,15 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DP_FIXTURES, FIXTURES, mount, run_in_threads
+from conftest import FIXTURES, run_in_threads
 
 TAG = "global_step3"
-
-
-@pytest.fixture(scope="module", params=DP_FIXTURES)
-def mnt(request):
-    with mount(os.path.join(FIXTURES, request.param, "checkpoint")) as m:
-        yield request.param, m
 
 
 def ref_dir(name):

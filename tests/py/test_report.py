@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BUILD, DP_FIXTURES, FIXTURES, ZEROMOUNT, mount
+from conftest import BUILD, FIXTURES, ZEROMOUNT, live_state, mount
 
 TAG = "global_step3"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -110,10 +110,6 @@ def info_fields(text):
     return {line[:11].strip(): line[11:].strip() for line in text.splitlines() if line[:11].strip()}
 
 
-def live(name):
-    return torch.load(os.path.join(FIXTURES, name, "meta", "live_state.pt"), weights_only=False)
-
-
 def check_row(cells, info, w, m, v, eps):
     """One row against info's text and a float64 numpy computation from independent arrays."""
     # Cells whose title holds a statistic as info prints it: norm, min, max, mean, std, then the
@@ -162,12 +158,6 @@ def check_row(cells, info, w, m, v, eps):
         assert c == int(((v32 >= lo) & (v32 < hi)).sum()), (lo, hi, c)
 
 
-@pytest.fixture(scope="module", params=DP_FIXTURES)
-def mnt(request):
-    with mount(os.path.join(FIXTURES, request.param, "checkpoint")) as m:
-        yield request.param, m
-
-
 def test_tag_page_has_every_parameter_with_the_numbers_of_info_and_numpy(mnt):
     name, m = mnt
     page = f"{m}/{TAG}_params/report.html"
@@ -178,7 +168,7 @@ def test_tag_page_has_every_parameter_with_the_numbers_of_info_and_numpy(mnt):
     params = sorted(p for p in os.listdir(f"{m}/{TAG}_params") if os.path.isdir(f"{m}/{TAG}_params/{p}"))
     got = rows(dom)
     assert sorted(got) == params, "one row per parameter"
-    state = live(name)
+    state = live_state(name)
     for p in params:
         _, cells = got[p]
         with open(f"{m}/{TAG}_params/{p}/info") as f:
@@ -212,7 +202,7 @@ def test_sorting_by_a_column_works_in_the_browser_without_a_script(tmp_path):
         page = f"{m}/{TAG}_params/report.html"
         raw = open(page).read()
         assert "<script" not in raw.lower()
-        state = live("z3_ws2_fp32_pg2_sg200")
+        state = live_state("z3_ws2_fp32_pg2_sg200")
         norms = {p: float(np.linalg.norm(w.double().numpy())) for p, w in state["fp32"].items()}
         maxima = {p: float(w.max()) for p, w in state["fp32"].items()}
         by_norm = sorted(norms, key=lambda p: -norms[p])

@@ -14,6 +14,10 @@ double step_number(const TagIndex& index, const StepValue& step);
 std::string stage_text(const TagIndex& index);
 // "DynamicLossScaler (cur_scale 256, ...)": every field, since a resume depends on all of them.
 std::string loss_scaler_text(const LossScaler& scaler);
+// The elements of the trainable parameters.
+uint64_t trainable_numel(const TagIndex& index);
+// "exp_avg, exp_avg_sq", or why there are none.
+std::string states_text(const TagIndex& index);
 
 std::string inspect_text(const TagIndex& index);
 std::string inspect_json(const TagIndex& index);

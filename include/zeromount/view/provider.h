@@ -126,6 +126,8 @@ class ProviderContext {
 
  private:
   bool taken(const std::string& name);
+  // Marks a file put beside the tags as made by `by`, readable as `access` allows.
+  uint64_t made_file(uint64_t ino, const Provider& by, Access access);
   Tree& tree_;
   FileTable& files_;
   const ViewOptions& opts_;

@@ -52,11 +52,7 @@ uint64_t ProviderContext::add_made_dir(const std::string& name, const Provider& 
 uint64_t ProviderContext::add_made_text(const std::string& name, const Provider& by, std::function<std::string()> text,
                                         Access access) {
   if (taken(name)) return 0;
-  const uint64_t ino = add_live_text(dir(), name, std::move(text), mtime());
-  tree_.mark_made_by(ino, by);
-  access.perm &= 0444;
-  tree_.set_access(ino, access);
-  return ino;
+  return made_file(add_live_text(dir(), name, std::move(text), mtime()), by, access);
 }
 
 uint64_t ProviderContext::add_made_live_file(const std::string& name, const Provider& by, Builder build, Sizer sizer,
@@ -64,6 +60,10 @@ uint64_t ProviderContext::add_made_live_file(const std::string& name, const Prov
   if (taken(name)) return 0;
   const uint64_t ino = tree_.add_live_file(dir(), name, mtime(), std::move(build));
   tree_.set_sizer(ino, std::move(sizer), costly);
+  return made_file(ino, by, access);
+}
+
+uint64_t ProviderContext::made_file(uint64_t ino, const Provider& by, Access access) {
   tree_.mark_made_by(ino, by);
   access.perm &= 0444;
   tree_.set_access(ino, access);

@@ -206,6 +206,17 @@ std::shared_ptr<const TagFigures> compute_tag(const MountedTag& t, const pt::Ext
   return out;
 }
 
+// The bins between consecutive grid boundaries `at` (its last entry ends the last bin).
+Bins bins_at(const GridHistogram& h, const std::vector<uint32_t>& at) {
+  Bins out;
+  for (size_t i = 0; i + 1 < at.size(); ++i) {
+    out.edges.push_back(GridHistogram::lower(at[i]));
+    out.counts.push_back(h.count(at[i], at[i + 1]));
+  }
+  out.edges.push_back(GridHistogram::lower(at.back()));
+  return out;
+}
+
 }  // namespace
 
 bool has_update(const ds::TagIndex& ix) {
@@ -214,8 +225,7 @@ bool has_update(const ds::TagIndex& ix) {
 }
 
 Bins linear_bins(const GridHistogram& h, size_t bins) {
-  Bins out;
-  if (!h.total()) return out;
+  if (!h.total()) return {};
   const uint32_t first = h.first(), end = h.last() + 1;
   const double lo = GridHistogram::lower(first), hi = GridHistogram::lower(end);
   std::vector<uint32_t> at{first};
@@ -232,17 +242,11 @@ Bins linear_bins(const GridHistogram& h, size_t bins) {
     if (b > at.back() && b < end) at.push_back(b);
   }
   at.push_back(end);
-  for (size_t i = 0; i + 1 < at.size(); ++i) {
-    out.edges.push_back(GridHistogram::lower(at[i]));
-    out.counts.push_back(h.count(at[i], at[i + 1]));
-  }
-  out.edges.push_back(GridHistogram::lower(end));
-  return out;
+  return bins_at(h, at);
 }
 
 Bins octave_bins(const GridHistogram& h, size_t bins) {
-  Bins out;
-  if (!h.total()) return out;
+  if (!h.total()) return {};
   const uint32_t first = h.first(), end = h.last() + 1;
   std::vector<uint32_t> powers;  // the buckets that start at a power of two, inside (first, end)
   for (int e = -133; e <= 127; ++e) {
@@ -253,12 +257,7 @@ Bins octave_bins(const GridHistogram& h, size_t bins) {
   std::vector<uint32_t> at{first};
   for (size_t i = group - 1; i < powers.size(); i += group) at.push_back(powers[i]);
   at.push_back(end);
-  for (size_t i = 0; i + 1 < at.size(); ++i) {
-    out.edges.push_back(GridHistogram::lower(at[i]));
-    out.counts.push_back(h.count(at[i], at[i + 1]));
-  }
-  out.edges.push_back(GridHistogram::lower(end));
-  return out;
+  return bins_at(h, at);
 }
 
 std::vector<LayerFigures> report_layers(const ds::TagIndex& ix, bool module_order) {

@@ -45,10 +45,7 @@ std::string row(const std::string& key, const std::string& value) {
 }
 
 std::string run_section(const ds::TagIndex& ix, const TagFigures* f) {
-  uint64_t numel = 0;
-  for (const auto& p : ix.params) numel += p.numel;
-  std::string states;
-  for (size_t k = 1; k < ix.state_names.size(); ++k) states += (k > 1 ? ", " : "") + ix.state_names[k];
+  const uint64_t numel = ds::trainable_numel(ix);
   std::string o = "<h2 id=\"run\">Run</h2>\n<table class=\"kv\">\n";
   o += row("stage", escape(ds::stage_text(ix)));
   o += row("data-parallel size",
@@ -57,8 +54,8 @@ std::string run_section(const ds::TagIndex& ix, const TagFigures* f) {
                                                   : ""));
   o += row("precision", escape(std::string(pt::dtype_name(ix.master_dtype)) + " master weights and optimizer states; " +
                                std::string(pt::dtype_name(ix.module_dtype)) + " module weights (training precision)"));
-  o += row("optimizer", escape(std::string(ds::optimizer_class_name(ix.optimizer)) +
-                               "; states: " + (ix.has_state() ? states : "none (saved before the first step)")));
+  o += row("optimizer",
+           escape(std::string(ds::optimizer_class_name(ix.optimizer)) + "; states: " + ds::states_text(ix)));
   o += row("loss scaler", escape(ds::loss_scaler_text(ix.loss_scaler)));
   o += row("step", "<span>" + html::step_text(f && ix.step(0) ? f->step : ix.step(0) ? 0 : NAN) + "</span>");
   std::string groups;
