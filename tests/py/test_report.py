@@ -403,6 +403,18 @@ def test_hostile_values_are_counted_and_shown(tmp_path):
         assert bars["layers.0"] and bars["layers.2"] and not bars["layers.1"], "layers with NaN or inf are red"
 
 
+def test_a_llama_shaped_page_has_the_size_stat_gave(tmp_path):
+    """gen_ckpt's Llama-style model lists lm_head before model.norm in its optimizer state but
+    after it in its module: the page laid out at stat must name its layers in the same order as
+    the page built from the shards (a page of a 70B run once failed with EIO after an hour)."""
+    src = tmp_path / "llama"
+    gen(src, "--stage", 3, "--dp", 8, "--arch", "small", "--sparse")
+    with mount(str(src)) as m:
+        for page in (f"{m}/{TAG}_params/report.html", f"{m}/report.html"):
+            size = os.stat(page).st_size
+            assert len(open(page, "rb").read()) == size, page
+
+
 def test_sixteen_bit_masters(tmp_path):
     src, exp = tmp_path / "bf16", tmp_path / "bf16-expected"
     gen(src, "--stage", 1, "--dp", 2, "--sizes", "37x12,30,20x20,7", "--dtype", "bf16", "--module-dtype", "bf16",

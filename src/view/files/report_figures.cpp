@@ -193,7 +193,7 @@ std::shared_ptr<const TagFigures> compute_tag(const MountedTag& t, const pt::Ext
     std::lock_guard<std::mutex> lock(mu);
     free.push_back(std::move(s));
   });
-  out->layers = report_layers(ix, true);
+  out->layers = report_layers(ix);
   for (LayerFigures& l : out->layers)
     for (size_t k : l.params) {
       l.weights.merge(out->params[k].weights);
@@ -260,16 +260,10 @@ Bins octave_bins(const GridHistogram& h, size_t bins) {
   return bins_at(h, at);
 }
 
-std::vector<LayerFigures> report_layers(const ds::TagIndex& ix, bool module_order) {
-  std::vector<size_t> order;
-  if (module_order) {
-    order = ds::module_order(ix);
-  } else {
-    for (size_t k = 0; k < ix.params.size(); ++k) order.push_back(k);
-  }
+std::vector<LayerFigures> report_layers(const ds::TagIndex& ix) {
   std::vector<LayerFigures> layers;
   std::map<std::string, size_t> at;
-  for (size_t k : order) {
+  for (size_t k : ds::module_order(ix)) {
     const std::string name = layer_of(ix.params[k].name);
     auto [it, fresh] = at.emplace(name, layers.size());
     if (fresh) layers.push_back(LayerFigures{name, {}, {}, {}, {}});
@@ -299,7 +293,7 @@ std::shared_ptr<const ChangeFigures> change_figures(const MountedTag& prev, cons
   return memo.get(identity(*prev.index) + "\n->\n" + identity(*next.index), [&] {
     const auto t0 = Clock::now();
     auto out = std::make_shared<ChangeFigures>();
-    const auto layers = report_layers(*next.index, true);
+    const auto layers = report_layers(*next.index);
     out->diff_sumsq.assign(layers.size(), 0);
     out->prev_sumsq.assign(layers.size(), 0);
     std::vector<std::vector<float>> a, b;

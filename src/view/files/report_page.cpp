@@ -254,7 +254,7 @@ std::string cost_section(const ds::TagIndex& ix, const TagFigures* f) {
 
 std::string tag_report(const MountedTag& t, const TagFigures* figures) {
   const ds::TagIndex& ix = *t.index;
-  const std::vector<LayerFigures> layers = figures ? figures->layers : report_layers(ix, false);
+  const std::vector<LayerFigures> layers = figures ? figures->layers : report_layers(ix);
   std::string body =
       "<h1>Report of <code>" + escape(ix.tag) + "</code></h1>\n<p class=\"note\">Made up by " +
       "zeromount from the shards of this tag: nothing here is stored. <a href=\"#run\">Run</a> &middot; " +

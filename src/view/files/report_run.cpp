@@ -91,7 +91,7 @@ std::string run_report(const std::string& title, const std::vector<NamedTag>& ta
   // Each tag's layers (module order once computed), and the union of their names, newest first.
   std::vector<std::vector<LayerFigures>> layers;
   for (size_t k = 0; k < tags.size(); ++k)
-    layers.push_back(f ? f->tags[k]->layers : report_layers(*tags[k].tag->index, false));
+    layers.push_back(f ? f->tags[k]->layers : report_layers(*tags[k].tag->index));
   std::vector<std::string> names;
   std::vector<std::map<std::string, size_t>> at(tags.size());
   for (size_t k = tags.size(); k-- > 0;)

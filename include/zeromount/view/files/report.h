@@ -61,9 +61,10 @@ struct TagFigures {
   double seconds = 0;  // the pass's wall time
 };
 
-// The layers of a tag in module order (ds::module_order when `module_order`), without figures:
-// what a page is laid out with before any tensor is read.
-std::vector<LayerFigures> report_layers(const ds::TagIndex& ix, bool module_order);
+// The layers of a tag in module order (ds::module_order: one model-state pickle is read, no
+// tensor), without figures: what a page is laid out with before any tensor is read. The page
+// built with figures lists them in the same order, so that both have one size.
+std::vector<LayerFigures> report_layers(const ds::TagIndex& ix);
 
 // The figures of `t`, computed by one pass over its fp32, exp_avg and exp_avg_sq (in parallel
 // over parameters), or taken from the cache of the last few tags computed.
