@@ -181,7 +181,6 @@ TEST(Folders, LatestNamingATruncatedTagAtMountShowsTheNewestServedTag) {
             std::string::npos);
 }
 
-
 // issue 19: every distinct target name anyone looks up costs memory only while the kernel holds it.
 TEST(Folders, TargetNamesAreForgottenWithTheKernelsReferences) {
   auto v = view::View::load(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint");

@@ -537,7 +537,6 @@ TEST(LayoutsRoundTrip, EveryFixtureIntoEveryStageAtDp1_3_8_64) {
   }
 }
 
-
 // ZeRO-3 rank files are sized without building each one (`ls -l` of thousands of them): the sized
 // size must be the built size, for every fixture, every target kind, every rank (W' = 1, the
 // source's W with each rank's own buffers, odd W', -sg), with and without -o crc. ZeRO-1/2 and

@@ -214,7 +214,6 @@ TEST(LiveFolder, ErrorsShowEachReaderWhatItMayRead) {
   EXPECT_EQ(all.find(f.src), std::string::npos) << "no absolute source path: " << all;
 }
 
-
 // Tags appear while readers list, look up and read: run under ThreadSanitizer in CI.
 TEST(LiveFolderConcurrency, TagsAppearWhileEightThreadsRead) {
   LiveFolder f;

@@ -75,7 +75,6 @@ TEST(LazyDir, ConcurrentLookupsAgree) {
     }
 }
 
-
 // Memory follows what the kernel holds: what a LazyDir made is dropped once the kernel forgot it
 // and nothing of it is open, and made again (under a new inode) when it is looked up again.
 TEST(LazyDir, ForgottenEntriesAreDroppedAndMadeAgain) {

@@ -161,7 +161,6 @@ TEST(ViewTag, TagFolderMountedAloneBecomesACheckpoint) {
   EXPECT_NO_THROW(at(*v, "/global_step3_universal/zero/fc1.weight/fp32.pt"));
 }
 
-
 // Many threads through the shared parts of a View (built-file cache, lazily filled sizes, shard
 // identity checks) must see exactly the bytes one thread sees. Bounded in time; run it under
 // ZM_TSAN to check the locking.
