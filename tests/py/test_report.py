@@ -331,6 +331,28 @@ def test_the_page_across_tags_follows_the_tags_in_training_order(tmp_path):
         assert os.stat(page).st_size == len(text.encode())
 
 
+def test_a_layer_the_tags_hold_otherwise_has_no_change_and_is_not_red(tmp_path):
+    """layers.1 has a weight and a bias at step 1 and only its weight at step 2: its relative change
+    is not a number to show (not drawn, not red: no value was not finite), and layers.0's is."""
+    src, exp = tmp_path / "ckpt", tmp_path / "expected"
+    gen(src, "--stage", 2, "--dp", 2, "--sizes", "37x12,30,20x20,7", "--seed", 1, "--steps", 1, "--expected", exp)
+    gen(src, "--stage", 2, "--dp", 2, "--sizes", "37x12,30,20x20", "--seed", 2, "--steps", 2)
+    with mount(str(src)) as m:
+        page = f"{m}/report.html"
+        dom = Dom(chromium("file://" + page))
+        assert len(open(page, "rb").read()) == os.stat(page).st_size
+        change = {}
+        for r in dom.root.all("div", "r"):
+            if "h" in r.attrs.get("class", "").split():
+                continue
+            cells = [c for c in r.children if c.tag == "span"]
+            change[text_of(cells[0])] = [c.attrs["class"] for c in next(cells[4].all("svg")).all("circle")]
+        assert change["layers.0"] == ["n", "g"], "the first tag has no change; layers.0 is compared"
+        assert change["layers.1"] == ["n", "n"], "layers.1 is held otherwise: no value, not red"
+        got = points(dom, 3)
+        assert math.isnan(got["layers.1"][1][1]) and math.isfinite(got["layers.0"][1][1])
+
+
 def test_a_trainer_output_dir_has_the_page_across_its_checkpoints():
     run = os.path.join(FIXTURES, "hf", "gpt2_z2", "run")
     with mount(run) as m:

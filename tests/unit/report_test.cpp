@@ -16,6 +16,7 @@
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/view/files/report.h"
 #include "zeromount/view/files/stats.h"
+#include "zeromount/view/provider.h"
 
 namespace zm {
 namespace {
@@ -200,6 +201,48 @@ TEST(ReportPages, HostileValuesKeepTheSizeAndAreShownAsSuch) {
   expect_sizes_known_at_stat(*v, {"/report.html", "/global_step3_params/report.html"});
   const std::string html = content_of(*v, at(*v, "/global_step3_params/report.html"));
   EXPECT_NE(html.find("<span class=\"v b\"> 30</span>"), std::string::npos) << "30 NaN of fc1.bias, in red";
+}
+
+// Keep-last-N cleanup before anyone looked: the page is sized from what was kept (the model-state
+// file is gone, so the index's order), and a listing of the folder with its attributes works.
+TEST(ReportPages, ATagDeletedBeforeItsPageIsSizedStillListsAndStats) {
+  const std::string ckpt = test::temp_dir() + "/ckpt";
+  fs::copy(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", ckpt, fs::copy_options::recursive);
+  auto v = view::View::load(ckpt);
+  fs::remove_all(ckpt + "/global_step3");
+  const view::Inode& params = at(*v, "/global_step3_params");
+  size_t listed = 0;
+  for (uint64_t k = 0;; ++listed) {
+    const auto e = v->dir_entry(params, k);
+    if (!e) break;
+    if (v->attr_ready(*e->node)) {  // what ls -l asks
+      EXPECT_NO_THROW(v->attr(*e->node)) << e->name;
+    }
+    k = e->next;
+  }
+  EXPECT_GT(listed, 10u);
+  EXPECT_GT(v->attr(at(*v, "/global_step3_params/report.html")).st_size, 1000);
+}
+
+// least_of against the kernel's rule (Caller::may: the first class that matches decides): whoever
+// may read the least of some entries may read each of them, for every owner, group and mode mix.
+TEST(AccessLeastOf, WhoMayReadTheLeastMayReadEach) {
+  std::mt19937 rng(7);
+  std::vector<view::Caller> callers;
+  for (uid_t u : {1u, 2u, 3u})
+    for (gid_t g : {10u, 20u, 30u}) callers.push_back({0, u, g, {g == 10u ? 20u : 10u}});
+  for (int round = 0; round < 20000; ++round) {
+    std::vector<view::Access> all;
+    for (int k = 0, n = 2 + int(rng() % 2); k < n; ++k)
+      all.push_back({uint32_t(rng() % 01000), uid_t(1 + rng() % 3), gid_t(10 * (1 + rng() % 3)), true});
+    const view::Access least = view::least_of(all);
+    for (const view::Caller& c : callers)
+      if (c.may(least, 0444)) {
+        for (const view::Access& x : all) {
+          ASSERT_TRUE(c.may(x, 0444)) << "uid " << c.uid << " gid " << c.gid;
+        }
+      }
+  }
 }
 
 TEST(ReportPages, NoReportFilesWithReportOff) {

@@ -1,10 +1,13 @@
 #pragma once
 // One indexed tag as the view serves it: its index plus the view-wide file id of each shard.
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/tag_index.h"
+#include "zeromount/pt/error.h"
 #include "zeromount/pt/value.h"
 #include "zeromount/pt/virtual_file.h"
 #include "zeromount/view/tree.h"
@@ -20,6 +23,25 @@ struct MountedTag {
   const pt::ExtentReader* crc_source = nullptr;
   // An extent of the index (shard-relative) as an extent of the view's file table.
   pt::Extent map(const pt::Extent& e) const { return {file_of_shard.at(e.file), e.offset, e.length}; }
+  // The trainable parameters in the order of the model-state file's `module` (ds::module_order),
+  // read the first time it is asked for and then kept, so that what is laid out from it (a report
+  // page sized at stat, then built) agrees even if that file is deleted or rewritten meanwhile.
+  // A file that cannot be read gives the index's order.
+  const std::vector<size_t>& module_order() const {
+    std::call_once(module_order_once_, [this] {
+      try {
+        module_order_ = ds::module_order(*index);
+      } catch (const Error&) {
+        module_order_.clear();
+        for (size_t k = 0; k < index->params.size(); ++k) module_order_.push_back(k);
+      }
+    });
+    return module_order_;
+  }
+
+ private:
+  mutable std::once_flag module_order_once_;
+  mutable std::vector<size_t> module_order_;
 };
 
 // A served tag named by its path inside a folder ("global_step3", "checkpoint-2/global_step2").

@@ -132,6 +132,9 @@ void View::forget_deleted(Folder& f, const std::vector<std::string>& present) co
       if (g->parent == f.node && !fs::exists(g->real)) below.push_back(g.get());
   }
   for (Folder* g : below) {
+    // Its tags are read under its scan lock; a folder being rescanned now is seen to next time.
+    std::unique_lock<std::mutex> scanning(g->scan_mu, std::try_to_lock);
+    if (!scanning) continue;
     std::vector<std::string> none;
     forget_deleted(*g, none);
   }

@@ -25,9 +25,26 @@ Access least_of(const std::vector<Access>& all) {
       a = x;
       continue;
     }
-    a.perm &= x.perm;
-    if (x.uid != a.uid) a.perm &= ~0700u;  // another owner: the owner class may not read both
-    if (x.gid != a.gid) a.perm &= ~0070u;
+    // The kernel takes the first class that matches (owner, group, others), so a user of one of
+    // a's classes may fall in another class of x: each class of a keeps only what every class of
+    // x that its users may fall in grants.
+    const uint32_t owner = (x.perm >> 6) & 7, group = (x.perm >> 3) & 7, other = x.perm & 7;
+    uint32_t o = (a.perm >> 6) & 7, g = (a.perm >> 3) & 7, w = a.perm & 7;
+    if (x.uid == a.uid) {
+      o &= owner;
+    } else {
+      o = 0;       // another owner: the owner class may not read both
+      g &= owner;  // x's owner may be in a's group, or among a's others
+      w &= owner;
+    }
+    if (x.gid == a.gid) {
+      g &= group;
+    } else {
+      g = 0;
+      w &= group;  // a's others may be in x's group
+    }
+    w &= other;
+    a.perm = (a.perm & ~0777u) | o << 6 | g << 3 | w;
   }
   return a;
 }

@@ -162,10 +162,13 @@ void parallel_for(size_t n, F f) {
       next = n;
     }
   };
-  std::vector<std::thread> threads;
-  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
+  {
+    // jthreads join when destroyed: a thread that cannot be started (EAGAIN) leaves the others
+    // to finish, and its error reaches the reader instead of ending the daemon.
+    std::vector<std::jthread> threads;
+    for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
+    work();
+  }
   if (failed) std::rethrow_exception(failed);
 }
 
@@ -193,7 +196,7 @@ std::shared_ptr<const TagFigures> compute_tag(const MountedTag& t, const pt::Ext
     std::lock_guard<std::mutex> lock(mu);
     free.push_back(std::move(s));
   });
-  out->layers = report_layers(ix);
+  out->layers = report_layers(t);
   for (LayerFigures& l : out->layers)
     for (size_t k : l.params) {
       l.weights.merge(out->params[k].weights);
@@ -260,10 +263,11 @@ Bins octave_bins(const GridHistogram& h, size_t bins) {
   return bins_at(h, at);
 }
 
-std::vector<LayerFigures> report_layers(const ds::TagIndex& ix) {
+std::vector<LayerFigures> report_layers(const MountedTag& t) {
+  const ds::TagIndex& ix = *t.index;
   std::vector<LayerFigures> layers;
   std::map<std::string, size_t> at;
-  for (size_t k : ds::module_order(ix)) {
+  for (size_t k : t.module_order()) {
     const std::string name = layer_of(ix.params[k].name);
     auto [it, fresh] = at.emplace(name, layers.size());
     if (fresh) layers.push_back(LayerFigures{name, {}, {}, {}, {}});
@@ -293,18 +297,27 @@ std::shared_ptr<const ChangeFigures> change_figures(const MountedTag& prev, cons
   return memo.get(identity(*prev.index) + "\n->\n" + identity(*next.index), [&] {
     const auto t0 = Clock::now();
     auto out = std::make_shared<ChangeFigures>();
-    const auto layers = report_layers(*next.index);
+    const auto layers = report_layers(next);
     out->diff_sumsq.assign(layers.size(), 0);
     out->prev_sumsq.assign(layers.size(), 0);
+    std::map<std::string, size_t> before_in;  // parameters per layer in `prev`
+    for (const ds::Param& q : prev.index->params) ++before_in[layer_of(q.name)];
+    out->comparable.assign(layers.size(), true);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      auto it = before_in.find(layers[l].name);
+      bool alike = it != before_in.end() && it->second == layers[l].params.size();
+      for (size_t k : layers[l].params) {
+        const ds::Param* q = prev.index->find(next.index->params[k].name);
+        alike = alike && q && q->shape == next.index->params[k].shape;
+      }
+      out->comparable[l] = alike;
+    }
     std::vector<std::vector<float>> a, b;
     for (size_t l = 0; l < layers.size(); ++l)
       for (size_t k : layers[l].params) {
+        if (!out->comparable[l]) break;
         const ds::Param& p = next.index->params[k];
         const ds::Param* q = prev.index->find(p.name);
-        if (!q || q->shape != p.shape || std::isnan(out->diff_sumsq[l])) {
-          out->diff_sumsq[l] = out->prev_sumsq[l] = NAN;
-          continue;
-        }
         StateReader now(next, p, {0}), before(prev, *q, {0});
         while (const size_t n = now.next(src, a)) {
           if (before.next(src, b) != n) throw Error(p.name + ": the two tags' weights differ in length", EIO);

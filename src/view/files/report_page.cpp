@@ -227,7 +227,7 @@ std::string params_section(const ds::TagIndex& ix, const TagFigures* f, const st
          "<code>&lt;param&gt;/info</code> prints it. NaN and inf are counted apart. Update: <code>|exp_avg| / "
          "(sqrt(exp_avg_sq) + eps)</code> per " +
          "element, eps of the parameter's group (1e-8 where the group saves none); its median is the bucket of " +
-         "the middle value on the 65,536-bucket bfloat16 grid (exact to 2<sup>-8</sup> of its value; the cell shows " +
+         "the middle value on the 65,536-bucket bfloat16 grid (within 2<sup>-7</sup> of its value; the cell shows " +
          "the bucket's lower edge, its title both edges). Histograms count every value read, no sampling, in " +
          "bins whose edges are grid boundaries (a histogram's title gives every bin's edges and "
          "count).</p>\n<section>" +
@@ -254,7 +254,7 @@ std::string cost_section(const ds::TagIndex& ix, const TagFigures* f) {
 
 std::string tag_report(const MountedTag& t, const TagFigures* figures) {
   const ds::TagIndex& ix = *t.index;
-  const std::vector<LayerFigures> layers = figures ? figures->layers : report_layers(ix);
+  const std::vector<LayerFigures> layers = figures ? figures->layers : report_layers(t);
   std::string body =
       "<h1>Report of <code>" + escape(ix.tag) + "</code></h1>\n<p class=\"note\">Made up by " +
       "zeromount from the shards of this tag: nothing here is stored. <a href=\"#run\">Run</a> &middot; " +

@@ -39,9 +39,13 @@ Point point(Metric m, const LayerFigures& l, const ChangeFigures* change, size_t
     case Change:
       break;
   }
-  if (!change) return {};
-  const double v = std::sqrt(change->diff_sumsq.at(layer)) / std::sqrt(change->prev_sumsq.at(layer));
-  return {v, !std::isfinite(v)};
+  // No value where the two tags hold the layer differently (a parameter frozen, renamed or
+  // reshaped) or where it was all zeros before; red only where values were not finite.
+  if (!change || !change->comparable.at(layer)) return {};
+  const double diff = change->diff_sumsq.at(layer), before = change->prev_sumsq.at(layer);
+  if (!std::isfinite(diff) || !std::isfinite(before)) return {NAN, true};
+  if (before == 0) return {};
+  return {std::sqrt(diff) / std::sqrt(before), false};
 }
 
 // One small line chart: a point per tag, each with its tag, step and value in its title.
@@ -62,7 +66,7 @@ std::string sparkline(Metric m, const std::string& layer, const std::vector<Name
     const std::string cx = coord(kLabels + kPad + (kWidth - 2 * kPad) * x[k], kLabels + kWidth), cy = coord(y, kHeight);
     path += std::string(pen && shown ? "L" : "M") + cx + "," + cy;  // a gap where a value is missing
     pen = shown;
-    // A point with no value (a first tag's change, a layer a tag lacks) is not drawn; one that went
+    // A point with no value (a first tag's change, a layer a tag lacks or holds otherwise) is not drawn; one that went
     // through values that are not finite is red, at the bottom when it is not a number itself.
     marks += "<circle cx=\"" + cx + "\" cy=\"" + cy + "\" r=\"2\" class=\"" +
              (p.bad   ? "b"
@@ -90,8 +94,7 @@ std::string run_report(const std::string& title, const std::vector<NamedTag>& ta
                        const std::vector<std::string>& left_out, const RunFigures* f) {
   // Each tag's layers (module order once computed), and the union of their names, newest first.
   std::vector<std::vector<LayerFigures>> layers;
-  for (size_t k = 0; k < tags.size(); ++k)
-    layers.push_back(f ? f->tags[k]->layers : report_layers(*tags[k].tag->index));
+  for (size_t k = 0; k < tags.size(); ++k) layers.push_back(f ? f->tags[k]->layers : report_layers(*tags[k].tag));
   std::vector<std::string> names;
   std::vector<std::map<std::string, size_t>> at(tags.size());
   for (size_t k = tags.size(); k-- > 0;)

@@ -11,10 +11,10 @@ namespace {
 
 constexpr const char* kPage = "report.html";
 
-// Whether everyone `page` lets read it may read `tag`'s shards too (least_of's rule, reversed).
+// Whether everyone `page` lets read it may read `tag`'s shards too: adding the tag to what the
+// page is made from takes no read bit away (least_of's rule).
 bool covers(const Access& tag, const Access& page) {
-  const uint32_t p = page.perm & 0444, t = tag.perm & 0444;
-  return (p & ~t) == 0 && (!(p & 0400) || tag.uid == page.uid) && (!(p & 0040) || tag.gid == page.gid);
+  return (least_of({page, tag}).perm & 0444) == (page.perm & 0444);
 }
 
 // The tags a page across tags shows; those whose shards fewer may read than the page go to `left_out`.

@@ -61,10 +61,10 @@ struct TagFigures {
   double seconds = 0;  // the pass's wall time
 };
 
-// The layers of a tag in module order (ds::module_order: one model-state pickle is read, no
-// tensor), without figures: what a page is laid out with before any tensor is read. The page
-// built with figures lists them in the same order, so that both have one size.
-std::vector<LayerFigures> report_layers(const ds::TagIndex& ix);
+// The layers of a tag in module order (MountedTag::module_order: one model-state pickle, read
+// once), without figures: what a page is laid out with before any tensor is read. The page built
+// with figures lists them in the same order, so that both have one size.
+std::vector<LayerFigures> report_layers(const MountedTag& t);
 
 // The figures of `t`, computed by one pass over its fp32, exp_avg and exp_avg_sq (in parallel
 // over parameters), or taken from the cache of the last few tags computed.
@@ -75,7 +75,9 @@ std::shared_ptr<const TagFigures> tag_layer_figures(const MountedTag& t, const p
 // ||w_t - w_{t-1}|| and ||w_{t-1}|| per layer of `next`, from the fp32 weights of both tags read
 // together; a layer whose parameters differ in the two (a name or a shape) has none.
 struct ChangeFigures {
-  std::vector<double> diff_sumsq, prev_sumsq;  // by layer of `next`; NaN: not finite or not comparable
+  std::vector<double> diff_sumsq, prev_sumsq;  // by layer of `next`; NaN or inf: values that are not finite
+  // By layer: whether both tags hold the layer's parameters alike (the same names and shapes).
+  std::vector<bool> comparable;
   uint64_t bytes_read = 0;
   double seconds = 0;
 };

@@ -37,7 +37,7 @@ std::string stat_text(double v);
 // Counts of finite values by their place on the bfloat16 grid: 65,536 ordered buckets, bucket b
 // holding [lower(b), lower(b + 1)). Every value read is counted (no sampling), in fixed memory;
 // a median or a histogram whose edges are bucket boundaries is then exact for those edges, and a
-// rank falls in a bucket 2^-8 of its value wide.
+// rank falls in a bucket at most 2^-7 of its value wide (bfloat16 keeps 7 mantissa bits).
 class GridHistogram {
  public:
   static constexpr uint32_t kBuckets = 1u << 16;
