@@ -18,7 +18,7 @@ the Trainer fixtures, and against DeepSpeed's own output on the real files, then
                         (repeat_gather.py K: the GPT-2 ZeRO-3 dp2 resumes K more times each)
   o23.py umount
 Environment: HF_WORK (default /tmp/ds-hf/work), ORACLE_ROOTFS (/tmp/ds-hf/rootfs), ORACLE_HF (/tmp/oracle/hf),
-ZEROMOUNT (build/zeromount of this tree), FIXTURES (/work/shared/fixtures/hf), JOBS (parallel jobs, 2).
+ZEROMOUNT (build/zeromount of this tree), FIXTURES (../shared/fixtures/hf beside this tree), JOBS (parallel jobs, 2).
 """
 import fnmatch
 import json
@@ -34,7 +34,7 @@ HF_WORK = os.environ.get("HF_WORK", "/tmp/ds-hf/work")
 ROOTFS = os.environ.get("ORACLE_ROOTFS", "/tmp/ds-hf/rootfs")
 ORACLE_HF = os.environ.get("ORACLE_HF", "/tmp/oracle/hf")
 ZEROMOUNT = os.environ.get("ZEROMOUNT", os.path.join(TREE, "build", "zeromount"))
-FIXTURES = os.environ.get("FIXTURES", "/work/shared/fixtures/hf")
+FIXTURES = os.environ.get("FIXTURES", os.path.join(os.path.dirname(TREE), "shared", "fixtures", "hf"))
 JOBS = int(os.environ.get("JOBS", "2"))
 O = os.path.join(HF_WORK, "o23")          # /w/o23 inside
 MNT = os.path.join(ROOTFS, "zm-mnt")      # /zm-mnt inside
