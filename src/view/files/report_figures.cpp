@@ -4,8 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <future>
-#include <list>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -15,6 +13,7 @@
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_file.h"
 #include "zeromount/view/files/report.h"
+#include "zeromount/view/memo.h"
 
 namespace zm::view {
 
@@ -31,55 +30,6 @@ std::string identity(const ds::TagIndex& ix) {
            " " + std::to_string(s.pickle_hash) + "\n";
   return ix.dir + " " + std::to_string(pt::hash_bytes(all.data(), all.size()));
 }
-
-// Values by key, computed once however many threads ask at the same time; the `Keep` most
-// recently used are kept. A computation that fails is not kept: the next reader tries again.
-template <typename V, size_t Keep>
-class Memo {
- public:
-  template <typename F>
-  std::shared_ptr<const V> get(const std::string& key, F compute) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (auto it = at_.find(key); it != at_.end()) {
-      kept_.splice(kept_.begin(), kept_, it->second);
-      auto wait = it->second->value;
-      lock.unlock();
-      return wait.get();
-    }
-    std::promise<std::shared_ptr<const V>> made;
-    const uint64_t mine = ++made_;
-    kept_.push_front(Entry{key, made.get_future().share(), mine});
-    at_[key] = kept_.begin();
-    while (kept_.size() > Keep) {
-      at_.erase(kept_.back().key);
-      kept_.pop_back();
-    }
-    auto wait = kept_.front().value;
-    lock.unlock();
-    try {
-      made.set_value(compute());
-    } catch (...) {
-      made.set_exception(std::current_exception());
-      lock.lock();
-      if (auto it = at_.find(key); it != at_.end() && it->second->id == mine) {
-        kept_.erase(it->second);
-        at_.erase(it);
-      }
-    }
-    return wait.get();
-  }
-
- private:
-  struct Entry {
-    std::string key;
-    std::shared_future<std::shared_ptr<const V>> value;
-    uint64_t id;
-  };
-  std::mutex mu_;
-  std::list<Entry> kept_;  // most recently used first
-  std::map<std::string, typename std::list<Entry>::iterator> at_;
-  uint64_t made_ = 0;
-};
 
 // The layer a parameter belongs to: its name up to the first numeric component, else its module.
 std::string layer_of(const std::string& name) {
@@ -277,12 +227,12 @@ std::vector<LayerFigures> report_layers(const MountedTag& t) {
 }
 
 std::shared_ptr<const TagFigures> tag_figures(const MountedTag& t, const pt::ExtentReader& src) {
-  static Memo<TagFigures, 4> memo;  // O(params) each: the last few tags only
+  static Memo<std::string, TagFigures, 4> memo;  // O(params) each: the last few tags only
   return memo.get(identity(*t.index), [&] { return compute_tag(t, src); });
 }
 
 std::shared_ptr<const TagFigures> tag_layer_figures(const MountedTag& t, const pt::ExtentReader& src) {
-  static Memo<TagFigures, 4096> memo;  // O(layers) each: a page across many tags computes each once
+  static Memo<std::string, TagFigures, 4096> memo;  // O(layers) each: a page across many tags computes each once
   return memo.get(identity(*t.index), [&] {
     auto lite = std::make_shared<TagFigures>(*tag_figures(t, src));
     lite->params.clear();
@@ -293,7 +243,7 @@ std::shared_ptr<const TagFigures> tag_layer_figures(const MountedTag& t, const p
 
 std::shared_ptr<const ChangeFigures> change_figures(const MountedTag& prev, const MountedTag& next,
                                                     const pt::ExtentReader& src) {
-  static Memo<ChangeFigures, 4096> memo;  // O(layers) each
+  static Memo<std::string, ChangeFigures, 4096> memo;  // O(layers) each
   return memo.get(identity(*prev.index) + "\n->\n" + identity(*next.index), [&] {
     const auto t0 = Clock::now();
     auto out = std::make_shared<ChangeFigures>();

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/text.h"
 
 namespace zm::view {
 
@@ -47,6 +48,14 @@ std::string exact(double v) {
 
 std::string count(uint64_t c, size_t width) {
   return fit(std::to_string(c), width);
+}
+
+std::string read_cost(uint64_t bytes, uint64_t expected, double seconds) {
+  char secs[32];
+  snprintf(secs, sizeof secs, "%.3f", seconds);
+  return "<span class=\"v\">" + count(bytes, digits(expected)) + "</span> bytes <span class=\"v\">" +
+         fit("(" + pt::human_bytes(bytes) + ")", 12) + "</span> read in <span class=\"v\">" + fit(secs, 14) +
+         "</span> s";
 }
 
 std::string step_text(double step) {

@@ -235,18 +235,12 @@ std::string params_section(const ds::TagIndex& ix, const TagFigures* f, const st
 }
 
 std::string cost_section(const ds::TagIndex& ix, const TagFigures* f) {
-  uint64_t expected = 0;
-  const size_t states = has_update(ix) ? 3 : 1;
-  for (const auto& p : ix.params) expected += p.numel * pt::element_size(ix.master_dtype) * states;
-  const uint64_t bytes = f ? f->bytes_read : 0;
-  char secs[32];
-  snprintf(secs, sizeof secs, "%.3f", f ? f->seconds : 0.0);
+  const uint64_t expected = ds::trainable_numel(ix) * pt::element_size(ix.master_dtype) * (has_update(ix) ? 3 : 1);
   return "<h2 id=\"cost\">Cost</h2>\n<p class=\"note\">Every figure on this page was computed from the shards "
          "when it was first built, in one streaming pass over the fp32 weights, exp_avg and exp_avg_sq of every "
-         "parameter: <span class=\"v\">" +
-         html::count(bytes, html::digits(expected)) + "</span> bytes <span class=\"v\">" +
-         fit("(" + pt::human_bytes(bytes) + ")", 12) + "</span> read in <span class=\"v\">" + fit(secs, 14) +
-         "</span> s. A page is kept once built; a changed shard makes it fail with ESTALE. A mount with "
+         "parameter: " +
+         html::read_cost(f ? f->bytes_read : 0, expected, f ? f->seconds : 0.0) +
+         ". A page is kept once built; a changed shard makes it fail with ESTALE. A mount with "
          "<code>-o report=off</code> has no report pages.</p>\n";
 }
 

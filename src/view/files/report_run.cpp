@@ -122,8 +122,7 @@ std::string run_report(const std::string& title, const std::vector<NamedTag>& ta
       "</td><td>elements</td></tr>\n";
   for (size_t k = 0; k < tags.size(); ++k) {
     const ds::TagIndex& ix = *tags[k].tag->index;
-    uint64_t numel = 0;
-    for (const auto& p : ix.params) numel += p.numel;
+    const uint64_t numel = ds::trainable_numel(ix);
     const uint64_t es = pt::element_size(ix.master_dtype);
     expected += numel * es * (has_update(ix) ? 3 : 1) + (k ? 2 * numel * es : 0);
     if (f) {
@@ -160,8 +159,6 @@ std::string run_report(const std::string& title, const std::vector<NamedTag>& ta
   }
   grid += "</div>\n";
 
-  char secs[32];
-  snprintf(secs, sizeof secs, "%.3f", seconds);
   const std::string body =
       "<h1>Report across tags: <code>" + escape(title) + "</code></h1>\n<p class=\"note\">Made up by zeromount from " +
       "the shards: the tags served here now, in training order (a tag saved later joins this page; a deleted one " +
@@ -173,10 +170,8 @@ std::string run_report(const std::string& title, const std::vector<NamedTag>& ta
       "through values that are not finite.</p>\n<h2 id=\"tags\">Tags</h2>\n" + table +
       "<h2 id=\"layers\">Layers</h2>\n" + grid + "<h2 id=\"cost\">Cost</h2>\n<p class=\"note\">Computed from the " +
       "shards when first needed: one streaming pass per tag (as its <code>_params/report.html</code>) and one over " +
-      "the fp32 weights of each pair of consecutive tags: <span class=\"v\">" +
-      html::count(bytes, html::digits(expected)) + "</span> bytes <span class=\"v\">" +
-      html::fit("(" + pt::human_bytes(bytes) + ")", 12) + "</span> read in " + "<span class=\"v\">" +
-      html::fit(secs, 14) + "</span> s; kept by each tag's identity, so a page opened " +
+      "the fp32 weights of each pair of consecutive tags: " + html::read_cost(bytes, expected, seconds) +
+      "; kept by each tag's identity, so a page opened " +
       "again, or after a new tag, reads only what is new. <code>-o report=off</code>: no report pages.</p>\n";
   return html::page("zeromount report across tags: " + title, body);
 }

@@ -7,13 +7,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <list>
-#include <mutex>
 #include <set>
 #include <sstream>
 
 #include "zeromount/pt/error.h"
 #include "zeromount/view/files/layout_files.h"
+#include "zeromount/view/memo.h"
 #include "zeromount/view/provider.h"
 #include "zeromount/view/view_options.h"
 
@@ -31,26 +30,11 @@ class Plans {
   static constexpr size_t kKeep = 8;
   // Throws zm::Error when the source cannot be presented at `target`.
   std::shared_ptr<const LayoutTag> get(const MountedTag& tag, const ds::TargetLayout& target) const {
-    const Key key{&tag, ds::target_name(target)};
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto it = kept_.begin(); it != kept_.end(); ++it)
-        if (it->first == key) {
-          kept_.splice(kept_.begin(), kept_, it);
-          return it->second;
-        }
-    }
-    auto made = std::make_shared<const LayoutTag>(tag, target);  // outside the lock: O(params)
-    std::lock_guard<std::mutex> lock(mu_);
-    kept_.emplace_front(key, made);
-    if (kept_.size() > kKeep) kept_.pop_back();
-    return made;
+    return memo_.get({&tag, ds::target_name(target)}, [&] { return std::make_shared<const LayoutTag>(tag, target); });
   }
 
  private:
-  using Key = std::pair<const MountedTag*, std::string>;
-  mutable std::mutex mu_;
-  mutable std::list<std::pair<Key, std::shared_ptr<const LayoutTag>>> kept_;  // most recently used first
+  mutable Memo<std::pair<const MountedTag*, std::string>, LayoutTag, kKeep> memo_;
 };
 
 // The rank files of one tag folder of a target: named on demand, built on open.
