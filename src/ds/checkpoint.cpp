@@ -81,13 +81,17 @@ bool tag_order(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
-bool holds_tag_folder(const std::string& dir, const std::string& skip) {
+bool any_folder_in(const std::string& dir, const std::string& skip, const std::function<bool(const std::string&)>& is) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
-    if (it->path() != skip && it->is_directory(e2) && holds_optim_states(it->path())) return true;
+    if (it->path() != skip && it->is_directory(e2) && is(it->path())) return true;
   }
   return false;
+}
+
+bool holds_tag_folder(const std::string& dir, const std::string& skip) {
+  return any_folder_in(dir, skip, [](const std::string& d) { return holds_optim_states(d); });
 }
 
 std::optional<std::string> read_latest(const std::string& root) {

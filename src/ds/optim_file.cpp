@@ -10,14 +10,29 @@ namespace build = pt::build;
 using pt::Kind;
 using pt::Node;
 
+const Node* step_value_node(pt::Arena& a, const StepValue& v, const ExtentMap& map) {
+  switch (v.kind) {
+    case StepValue::Tensor:
+      return build::tensor(a, v.dtype, v.shape, {map(v.extent)});
+    case StepValue::Int:
+      return a.make_int(v.i);
+    case StepValue::Float:
+      return build::real(a, v.f);
+    case StepValue::None:
+      break;
+  }
+  return build::none(a);
+}
+
+namespace {
+
+// deepspeed.runtime.zero.config.ZeroStageEnum(stage), as optimizer-state files hold it.
 const Node* zero_stage_enum(pt::Arena& a, int stage) {
   Node* n = a.make(Kind::Object);
   n->callee = a.make_global("deepspeed.runtime.zero.config", "ZeroStageEnum");
   n->args = build::tuple(a, {a.make_int(stage)});
   return n;
 }
-
-namespace {
 
 // The scaler a target engine restores (spec §4.1): an fp16 target keeps an fp16 source's own
 // scaler, else starts as DeepSpeed starts one; fp32 and bf16 have a static scale of 1.
@@ -65,19 +80,7 @@ class OptimFile {
 
   // One per-group value ('step', ...) as the source stored it; a tensor gets its own storage in
   // every group or sub-group, as in real files.
-  const Node* value(const StepValue& v) const {
-    switch (v.kind) {
-      case StepValue::Tensor:
-        return build::tensor(a_, v.dtype, v.shape, {src_.map(v.extent)});
-      case StepValue::Int:
-        return a_.make_int(v.i);
-      case StepValue::Float:
-        return build::real(a_, v.f);
-      case StepValue::None:
-        break;
-    }
-    return build::none(a_);
-  }
+  const Node* value(const StepValue& v) const { return step_value_node(a_, v, src_.map); }
 
   // The source's hyper-parameters of group g, in the source's order, then 'params'.
   Node* param_group(size_t g, const Node* params) const {

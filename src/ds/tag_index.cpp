@@ -88,17 +88,27 @@ const Param* TagIndex::find(const std::string& name) const {
   return nullptr;
 }
 
-std::vector<pt::Extent> element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count,
-                                        uint64_t es) {
-  std::vector<pt::Extent> out;
+void element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count, uint64_t es,
+                     std::vector<pt::Extent>& out) {
   uint64_t have = 0;
   for (const Fragment& f : frags) {
+    if (have == count) break;
     const uint64_t lo = std::max(from, f.start), hi = std::min(from + count, f.start + f.numel);
     if (lo >= hi) continue;
-    out.push_back({f.extent.file, f.extent.offset + (lo - f.start) * es, (hi - lo) * es});
+    const pt::Extent e{f.extent.file, f.extent.offset + (lo - f.start) * es, (hi - lo) * es};
+    if (!out.empty() && out.back().file == e.file && out.back().offset + out.back().length == e.offset)
+      out.back().length += e.length;  // adjacent runs of one rank read as one
+    else
+      out.push_back(e);
     have += hi - lo;
   }
   if (have != count) throw Error("the index does not cover a parameter's elements", EIO);
+}
+
+std::vector<pt::Extent> element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count,
+                                        uint64_t es) {
+  std::vector<pt::Extent> out;
+  element_extents(frags, from, count, es, out);
   return out;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Finding tags in a checkpoint folder and indexing them.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,8 +21,10 @@ struct CheckpointDir {
 
 // `skip`: a path never looked into (the view's own mount point, which may lie inside `path`).
 CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip = "");
+// Whether a sub-folder of `dir` (not `skip`) satisfies `is`; stops at the first one found.
+bool any_folder_in(const std::string& dir, const std::string& skip, const std::function<bool(const std::string&)>& is);
 // Whether a sub-folder of `dir` (not `skip`) holds *_optim_states.pt files, i.e. `dir` is a
-// checkpoint folder; stops at the first one found.
+// checkpoint folder.
 bool holds_tag_folder(const std::string& dir, const std::string& skip = "");
 // SRC's `latest` byte for byte (DeepSpeed writes the tag without a newline), or nothing when it is
 // absent, not a regular file, over kLatestMaxBytes or unreadable. DeepSpeed rewrites it after every save.

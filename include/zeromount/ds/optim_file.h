@@ -15,6 +15,10 @@ namespace zm::ds {
 // Where a shard extent of the index is read from (the view maps shard ids to its file table).
 using ExtentMap = std::function<pt::Extent(const pt::Extent&)>;
 
+// A per-group value ('step', ...) as the source stored it: a tensor (its own storage, read through
+// `map`), an int, a float or None.
+const pt::Node* step_value_node(pt::Arena& a, const StepValue& v, const ExtentMap& map);
+
 // What an optimizer-state file of the target is made from.
 struct OptimSource {
   const TagIndex& index;
@@ -26,8 +30,5 @@ struct OptimSource {
 
 // Rank `rank`'s optimizer-state pickle at plan.target, built in `a`.
 const pt::Node* optim_states_pickle(pt::Arena& a, const OptimSource& src, uint32_t rank);
-
-// deepspeed.runtime.zero.config.ZeroStageEnum(stage), as model- and optimizer-state files hold it.
-const pt::Node* zero_stage_enum(pt::Arena& a, int stage);
 
 }  // namespace zm::ds

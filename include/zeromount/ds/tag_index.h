@@ -112,8 +112,11 @@ struct PlainTensor {
   uint64_t numel() const { return pt::numel(shape); }
 };
 
-// Shard extents of elements [from, from + count) of a flat state made of `frags`; throws EIO
-// when the fragments do not cover them.
+// Shard extents of elements [from, from + count) of a flat state made of `frags` (in element
+// order), appended to `out`, runs adjacent in one shard read as one; throws EIO when the
+// fragments do not cover them.
+void element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count, uint64_t element_size,
+                     std::vector<pt::Extent>& out);
 std::vector<pt::Extent> element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count,
                                         uint64_t element_size);
 

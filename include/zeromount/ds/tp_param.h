@@ -12,9 +12,6 @@ namespace zm::ds {
 
 // Rules Cat, TwoSubParams and SubParams (the merge before any vocabulary cut).
 TpCat tp_cat_of(const TagIndex& ix, const Param& p);
-// Appends elements [first, first + count) of one slice's state (its dp pieces) as extents.
-void slice_extents(const std::vector<Fragment>& stored, uint64_t first, uint64_t count, uint64_t esize,
-                   std::vector<pt::Extent>& out);
 // The whole merged state (Param::merged_numel elements: the storage of a vocabulary tensor) as
 // extents; nullopt for an averaged parameter, whose bytes must be computed. Replicated: slice 0.
 std::optional<std::vector<pt::Extent>> merged_extents(const TagIndex& ix, const Param& p, size_t state);

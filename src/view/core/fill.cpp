@@ -51,13 +51,8 @@ uint64_t View::add_latest(Tree& tree, const Folder& f, struct timespec mtime) co
 
 bool View::holds_checkpoint_folders(const std::string& dir) const {
   if (dir == opts_.mount_point) return false;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code e2;
-    if (it->path() != opts_.mount_point && it->is_directory(e2) && ds::holds_tag_folder(it->path(), opts_.mount_point))
-      return true;
-  }
-  return false;
+  const std::string& skip = opts_.mount_point;
+  return ds::any_folder_in(dir, skip, [&](const std::string& d) { return ds::holds_tag_folder(d, skip); });
 }
 
 bool View::new_run_folder(const Folder& f) const {

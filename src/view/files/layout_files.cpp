@@ -23,7 +23,9 @@
 
 // The pieces the faked layout files are made of: tensors assembled from source extents, zero fill and
 // computed bytes, and the pickle values DeepSpeed's files hold.
-namespace zm::view::layout {
+namespace zm::view {
+
+namespace {
 
 using pt::Kind;
 using pt::Node;
@@ -33,15 +35,15 @@ using pt::Node;
 using pt::build::Fill;
 
 // File-table extents of elements [from, from + count) of a flat state made of `frags`.
-inline std::vector<pt::Extent> elements(const MountedTag& t, const std::vector<ds::Fragment>& frags, uint64_t from,
-                                        uint64_t count, uint64_t es) {
+std::vector<pt::Extent> elements(const MountedTag& t, const std::vector<ds::Fragment>& frags, uint64_t from,
+                                 uint64_t count, uint64_t es) {
   std::vector<pt::Extent> out = ds::element_extents(frags, from, count, es);
   for (auto& e : out) e = t.map(e);
   return out;
 }
 
 // Bytes [from, from + n) of a plain tensor's concatenated extents, in file-table ids.
-inline std::vector<pt::Extent> plain_bytes(const MountedTag& t, const ds::PlainTensor& p, uint64_t from, uint64_t n) {
+std::vector<pt::Extent> plain_bytes(const MountedTag& t, const ds::PlainTensor& p, uint64_t from, uint64_t n) {
   std::vector<pt::Extent> out;
   uint64_t at = 0;
   for (const pt::Extent& e : p.data) {
@@ -59,23 +61,19 @@ using pt::build::add;
 using pt::build::ordered_dict;
 using pt::build::torch_size;
 
-inline Node* tensor(pt::Arena& a, pt::Tensor t) {
-  return a.make_tensor_node(std::move(t));
-}
-
-inline pt::DType lp_dtype(ds::Precision p) {
+pt::DType lp_dtype(ds::Precision p) {
   return p == ds::Precision::Fp32 ? pt::DType::F32 : p == ds::Precision::Bf16 ? pt::DType::BF16 : pt::DType::F16;
 }
 
-inline std::string stem(const std::string& name) {
+std::string stem(const std::string& name) {
   return std::filesystem::path(name).stem().string();
 }
 
-}  // namespace zm::view::layout
+std::string optim_prefix(const ds::TargetLayout& t) {
+  return t.stage == ds::TargetStage::Bf16Opt || t.precision == ds::Precision::Bf16 ? "bf16_" : "";
+}
 
-namespace zm::view {
-
-using namespace layout;
+}  // namespace
 
 LayoutTag::LayoutTag(const MountedTag& tag, const ds::TargetLayout& target, const ds::SourceOptions* options)
     : tag_(tag),
@@ -126,12 +124,6 @@ size_t LayoutTag::param_index(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? std::string::npos : it->second;
 }
-
-namespace {
-std::string optim_prefix(const ds::TargetLayout& t) {
-  return t.stage == ds::TargetStage::Bf16Opt || t.precision == ds::Precision::Bf16 ? "bf16_" : "";
-}
-}  // namespace
 
 uint64_t LayoutTag::files() const {
   return uint64_t(target().dp) * (zero3() ? 2 : 1) + (zero3() ? 0 : 1);
@@ -223,14 +215,14 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
       v.shape = p.shape;
       v.storage_of = storage;
       v.storage_offset = int64_t(g.flat_offsets[j]);
-      module_tensors[p.name] = tensor(a, std::move(v));
+      module_tensors[p.name] = a.make_tensor_node(std::move(v));
     }
   }
   auto empty = [&] {
     pt::Tensor t;
     t.dtype = lp;
     t.shape = {0};
-    return tensor(a, std::move(t));
+    return a.make_tensor_node(std::move(t));
   };
   if (zero3())
     for (const ds::Param& p : ix.params) module_tensors[p.name] = empty();
@@ -249,14 +241,14 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
       Fill fill{t};
       fill.values(plain_bytes(tag_, f, part * rank * es, valid * es), f.dtype, valid);
       fill.zero((part - valid) * pt::element_size(lp));
-      add(frozen_fragments, a, f.name.c_str(), tensor(a, std::move(t)));
+      add(frozen_fragments, a, f.name.c_str(), a.make_tensor_node(std::move(t)));
       continue;
     }
     pt::Tensor t;
     t.dtype = lp;
     t.shape = f.shape;
     Fill{t}.values(plain_bytes(tag_, f, 0, n * es), f.dtype, n);
-    const Node* node = tensor(a, std::move(t));
+    const Node* node = a.make_tensor_node(std::move(t));
     module_tensors[f.name] = frozen_full[f.name] = node;
     add(frozen_fragments, a, f.name.c_str(), node);  // zero2 shares the module's storage
   }
@@ -268,7 +260,7 @@ const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
     t.dtype = b.dtype;
     t.shape = b.shape;
     Fill{t}.values(plain_bytes(tag_, b, 0, b.numel() * pt::element_size(b.dtype)), b.dtype, b.numel());
-    module_tensors[b.name] = tensor(a, std::move(t));
+    module_tensors[b.name] = a.make_tensor_node(std::move(t));
   }
   for (const auto& [alias, canonical] : ix.shared)
     if (auto it = module_tensors.find(canonical); it != module_tensors.end()) module_tensors[alias] = it->second;

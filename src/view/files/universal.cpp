@@ -1,5 +1,6 @@
 #include "zeromount/view/files/universal.h"
 
+#include "zeromount/ds/optim_file.h"
 #include "zeromount/ds/tp_param.h"
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
@@ -21,17 +22,7 @@ pt::PtOptions stem(const MountedTag& t, const char* name) {
 }
 
 const Node* scalar_node(pt::Arena& a, const MountedTag& t, const ds::StepValue& s) {
-  switch (s.kind) {
-    case ds::StepValue::Tensor:
-      return build::tensor(a, s.dtype, s.shape, {t.map(s.extent)});
-    case ds::StepValue::Int:
-      return a.make_int(s.i);
-    case ds::StepValue::Float:
-      return build::real(a, s.f);
-    case ds::StepValue::None:
-      break;
-  }
-  return build::none(a);
+  return ds::step_value_node(a, s, [&t](const pt::Extent& e) { return t.map(e); });
 }
 
 // One rank's local state, in view file ids, for the computed merges.
@@ -41,7 +32,7 @@ std::vector<ds::RankBytes> rank_bytes(const MountedTag& t, const ds::Param& p, s
   for (const auto& s : p.slices) {
     const uint64_t n = pt::numel(s.shape);
     std::vector<pt::Extent> ext;
-    ds::slice_extents(s.stored.at(state), 0, n, es, ext);
+    ds::element_extents(s.stored.at(state), 0, n, es, ext);
     for (auto& e : ext) e = t.map(e);
     out.emplace_back(std::move(ext));
   }
