@@ -219,10 +219,13 @@ std::string target_name(const TargetLayout& t) {
 }
 
 SourceOptions source_options(const TagIndex& index) {
+  if (index.model_files.empty()) return {};
+  return source_options(index, pt::load_pt(index.model_files.front())->root);
+}
+
+SourceOptions source_options(const TagIndex& index, const pt::Node* model_root) {
   SourceOptions o;
-  if (index.model_files.empty()) return o;
-  auto file = pt::load_pt(index.model_files.front());
-  const pt::Node* config = file->root->get("ds_config");
+  const pt::Node* config = model_root ? model_root->get("ds_config") : nullptr;
   if (!config || config->kind != pt::Kind::Dict) return o;  // old checkpoints may hold a path
   if (const pt::Node* zero = config->get("zero_optimization")) {
     if (const pt::Node* rr = zero->get("round_robin_gradients"); rr && rr->kind == pt::Kind::Bool)

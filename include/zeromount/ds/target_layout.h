@@ -42,6 +42,8 @@ struct SourceOptions {
 };
 // Reads ds_config from the tag's (first) model-state file.
 SourceOptions source_options(const TagIndex& index);
+// The same, from that file's pickle already loaded.
+SourceOptions source_options(const TagIndex& index, const pt::Node* model_root);
 // The source's own layout name: a fake at it must equal the real files (spec §6, §7.1).
 TargetLayout source_layout(const TagIndex& index, const SourceOptions& options);
 TargetLayout source_layout(const TagIndex& index);

@@ -61,12 +61,14 @@ class LayoutTag {
   const pt::Node* model_states(uint32_t rank, pt::Arena& a) const;
   const pt::Node* optim_states(uint32_t rank, pt::Arena& a) const;
   const MountedTag& tag_;
-  ds::SourceOptions options_;
-  ds::PartitionPlan plan_;
-  std::unordered_map<std::string, size_t> by_name_;
+  // The source's model-state pickle, loaded once (source_model): before options_, which the
+  // constructor may read from it.
   mutable std::once_flag loaded_;
   mutable std::unique_ptr<pt::PtFile> model_;
   mutable std::vector<ds::PlainTensor> frozen_;
+  ds::SourceOptions options_;
+  ds::PartitionPlan plan_;
+  std::unordered_map<std::string, size_t> by_name_;
   mutable std::mutex sized_mu_;  // guards what size() keeps:
   mutable std::optional<pt::PtRecords> records_[3];
   mutable std::map<std::pair<size_t, size_t>, uint64_t> sizes_;  // (kind, name length) -> size
