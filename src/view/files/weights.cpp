@@ -21,8 +21,11 @@ struct Item {
   pt::DType dtype;
   const std::vector<int64_t>* shape;
   uint64_t bytes;
-  size_t pieces;
+  size_t pieces;  // the segments it adds to the file, unless `ranked`
   std::function<void(pt::VirtualFile&)> append;
+  // A master stored in rank partitions: its pieces are counted only when its file is built (the
+  // plan is made for every tag when its folder is filled, and must not walk every rank).
+  const ds::Param* ranked = nullptr;
 };
 
 // A tensor stored whole or as rank partitions; ZeRO-3 partitions end in padding, cut here.
@@ -55,8 +58,9 @@ Item param_item(const MountedTag& t, const ds::Param& p, size_t k, pt::DType dty
             dtype,
             &p.shape,
             bytes,
-            ix.parallel() ? 1 : ix.fragments(p, 0).size(),
-            [&t, &p](pt::VirtualFile& f) { append_param_bytes(f, t, p, 0); }};
+            1,  // counted from its ranks instead when `ranked`
+            [&t, &p](pt::VirtualFile& f) { append_param_bytes(f, t, p, 0); },
+            ix.parallel() ? nullptr : &p};
   if (k < ix.module_weights.size() && ix.module_weights[k].dtype == dtype) {
     Item it = plain_item(t, ix.module_weights[k]);
     it.name = &p.name;
@@ -163,7 +167,7 @@ pt::VirtualFile weights_file(const MountedTag& t, Weights which, const std::vect
   for (int k = 0; k < 8; ++k) len[size_t(k)] = char(uint64_t(header.size()) >> (8 * k));
   pt::VirtualFile f;
   size_t pieces = 1;
-  for (const Item* e : items) pieces += e->pieces;
+  for (const Item* e : items) pieces += e->ranked ? t.index->fragments(*e->ranked, 0).size() : e->pieces;
   f.reserve(pieces);
   f.append_inline(len + header);
   for (const Item* e : items) {
