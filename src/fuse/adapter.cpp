@@ -119,13 +119,15 @@ std::string extents_read(const view::OpenFile& f, uint64_t off, size_t n) {
   return out.empty() ? "nothing" : out;
 }
 
-// Who sent the request: files that show each reader its own view are built for it.
-view::Caller caller_of(fuse_req_t req) {
+// Who sent a request about `n`: files that show each reader its own view are built for it. Only
+// those ask for the caller's groups, which cost a read of /proc on every request.
+view::Caller caller_of(fuse_req_t req, const view::Inode& n) {
   const fuse_ctx* c = fuse_req_ctx(req);
   view::Caller who{int(c->pid), c->uid, c->gid, {}};
+  if (!n.is_file() || !n.file().build_for) return who;
   gid_t groups[64];
-  const int n = fuse_req_getgroups(req, 64, groups);  // negative where /proc cannot tell
-  if (n > 0) who.groups.assign(groups, groups + std::min(n, 64));
+  const int count = fuse_req_getgroups(req, 64, groups);  // negative where /proc cannot tell
+  if (count > 0) who.groups.assign(groups, groups + std::min(count, 64));
   return who;
 }
 
@@ -161,7 +163,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     fuse_entry_param e{};  // ino 0: a negative entry, cached as long as the view allows
     if (n) {
       try {
-        e = entry(v, *n, caller_of(req));
+        e = entry(v, *n, caller_of(req, *n));
       } catch (...) {
         v.forget(n->ino, 1);  // not given to the kernel after all
         throw;
@@ -179,7 +181,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   const view::View& v = view_of(req);
   try {
     const view::Inode& n = v.inode(ino);
-    struct stat st = v.attr(n, caller_of(req));
+    struct stat st = v.attr(n, caller_of(req, n));
     fuse_reply_attr(req, &st, v.attr_seconds(n));
   } catch (...) {
     fuse_reply_err(req, current_errno(req, "getattr", v.tree().get(ino)));
@@ -231,7 +233,7 @@ void readdir_impl(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
           }
           fuse_entry_param p{};  // ino 0: no attributes; the kernel looks the entry up when asked
           if (held && v.attr_ready(*e->node)) {
-            p = entry(v, *e->node, caller_of(req));
+            p = entry(v, *e->node, caller_of(req, *e->node));
             referenced = true;
           } else {
             p.attr.st_ino = e->node->ino;
@@ -271,7 +273,8 @@ static_assert(sizeof(fuse_file_info::fh) >= sizeof(view::OpenFile*), "fi->fh mus
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const view::View& v = view_of(req);
   try {
-    auto h = std::make_unique<view::OpenFile>(v.open(v.inode(ino), fi->flags, caller_of(req)));
+    const view::Inode& n = v.inode(ino);
+    auto h = std::make_unique<view::OpenFile>(v.open(n, fi->flags, caller_of(req, n)));
     if (debugging())
       spdlog::debug("open {}: {} bytes in {} segments", v.describe(h->inode()), h->size(),
                     h->content().segments().size());
