@@ -75,9 +75,9 @@ std::string optim_prefix(const ds::TargetLayout& t) {
 
 }  // namespace
 
-LayoutTag::LayoutTag(const MountedTag& tag, const ds::TargetLayout& target, const ds::SourceOptions* options)
+LayoutTag::LayoutTag(const MountedTag& tag, const ds::TargetLayout& target)
     : tag_(tag),
-      options_(options ? *options : ds::source_options(*tag.index, source_model().root)),
+      options_(ds::source_options(*tag.index, source_model().root)),
       plan_(ds::plan_partitions(*tag.index, target, options_)) {
   for (size_t k = 0; k < tag.index->params.size(); ++k) by_name_.emplace(tag.index->params[k].name, k);
   check_module();

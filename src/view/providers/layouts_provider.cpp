@@ -32,6 +32,11 @@ class Plans {
   std::shared_ptr<const LayoutTag> get(const MountedTag& tag, const ds::TargetLayout& target) const {
     return memo_.get({&tag, ds::target_name(target)}, [&] { return std::make_shared<const LayoutTag>(tag, target); });
   }
+  // A target is served whole or not at all: every tag has its plan, or zm::Error names why not.
+  // The listing, a lookup and a tag indexed after the mount all decide here.
+  void check(const std::vector<const MountedTag*>& tags, const ds::TargetLayout& target) const {
+    for (const MountedTag* t : tags) get(*t, target);
+  }
 
  private:
   mutable Memo<std::pair<const MountedTag*, std::string>, LayoutTag, kKeep> memo_;
@@ -69,18 +74,6 @@ class RankFiles final : public LazyDir {
   struct timespec mtime_;
 };
 
-// A target is served whole or not at all: its LayoutTag for each tag, or zm::Error naming why
-// not. The listing, a lookup (through Plans) and a tag indexed after the mount all decide here.
-// `options`: each tag's run options, when already read.
-std::vector<std::shared_ptr<const LayoutTag>> layouts_of(const std::vector<const MountedTag*>& tags,
-                                                         const ds::TargetLayout& target,
-                                                         const std::vector<ds::SourceOptions>* options = nullptr) {
-  std::vector<std::shared_ptr<const LayoutTag>> out;
-  for (size_t k = 0; k < tags.size(); ++k)
-    out.push_back(std::make_shared<const LayoutTag>(*tags[k], target, options ? &options->at(k) : nullptr));
-  return out;
-}
-
 // layouts/: every valid target name resolves; the listing shows the own layout and the presets.
 // A tag indexed after the mount joins every target (add), a deleted one leaves the targets made
 // later (drop); the tag list is read and changed under the tree's exclusive lock only (make and
@@ -97,7 +90,7 @@ class Targets final : public LazyDir {
     const auto target = ds::parse_target(name);
     if (!target) return 0;  // one layout, one name: every other spelling is ENOENT
     try {                   // every tag must be presentable at the target, or the target is refused
-      for (const MountedTag* t : tags_) plans_->get(*t, *target);
+      plans_->check(tags_, *target);
     } catch (const Error& e) {
       if (refused_.size() >= 1024) refused_.clear();  // bounded: anyone may look up any valid name
       if (refused_.insert(std::string(name)).second) spdlog::error("layouts/{}: {}", name, e.what());
@@ -126,7 +119,7 @@ class Targets final : public LazyDir {
   void add(Tree& tree, uint64_t dir, const MountedTag& tag) const {
     for (const std::string& name : listed_) {  // a listed name must keep resolving
       try {
-        layouts_of({&tag}, *ds::parse_target(name));
+        plans_->check({&tag}, *ds::parse_target(name));
       } catch (const Error& e) {
         spdlog::error("layouts: {} not added (it cannot be shown at the listed {}): {}", tag.index->tag, name,
                       e.what());
@@ -218,15 +211,13 @@ class LayoutsProvider final : public Provider {
     const ViewOptions& o = cx.options();
     const struct timespec mtime = cx.mtime();
     // The own layout is that of the tag `latest` names (else the last one).
-    // Each tag's run options come from its model-state pickle: read once here, not once per name.
-    std::vector<ds::SourceOptions> options;
-    size_t own_k = tags.size() - 1;
-    for (size_t k = 0; k < tags.size(); ++k) {
-      options.push_back(ds::source_options(*tags[k]->index));
-      if (cx.latest() && tags[k]->index->tag == *cx.latest()) own_k = k;
-    }
-    const MountedTag* own_tag = tags[own_k];
-    const std::string own = ds::target_name(ds::source_layout(*own_tag->index, options[own_k]));
+    const MountedTag* own_tag = tags.back();
+    for (const MountedTag* t : tags)
+      if (cx.latest() && t->index->tag == *cx.latest()) own_tag = t;
+    const std::string own = ds::target_name(ds::source_layout(*own_tag->index, ds::source_options(*own_tag->index)));
+    // The plans made to check the listed names are let go with it: a plan holds its source's
+    // model-state file open, and targets only listed cost nothing.
+    const Plans checked;
     std::vector<std::string> listed, refused;
     for (const std::string& name : [&] {
            std::vector<std::string> v{own};
@@ -237,7 +228,7 @@ class LayoutsProvider final : public Provider {
       const auto target = ds::parse_target(name);
       if (!target) throw Error("-o layouts: '" + name + "' is not a layout name (fake-layouts.md §6)", EINVAL);
       try {  // a listed name must resolve: check it now, cheaply (the plans are O(params))
-        layouts_of(tags, *target, &options);
+        checked.check(tags, *target);
       } catch (const Error& e) {
         spdlog::error("{}/{}: not listed: {}", o.layouts_dir, name, e.what());
         cx.folder().refuse_entry(o.layouts_dir + "/" + name, e.what());

@@ -25,8 +25,7 @@ class LayoutTag {
  public:
   // Throws zm::Error (EINVAL, naming the reason and the spec section) when the target cannot be made
   // whole: what the plan refuses, and a source 'module' the model-state files cannot present.
-  // `options`: the tag's run options when already read (else read from its model-state file).
-  LayoutTag(const MountedTag& tag, const ds::TargetLayout& target, const ds::SourceOptions* options = nullptr);
+  LayoutTag(const MountedTag& tag, const ds::TargetLayout& target);
 
   const MountedTag& tag() const { return tag_; }
   const ds::TargetLayout& target() const { return plan_.target; }
