@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/view/file_table.h"
 #include "zeromount/view/mounted_tag.h"
@@ -141,7 +142,8 @@ class View final : public LiveSource {
   View(const ViewOptions& opts, struct timespec mtime);
   // Makes the entries of real folder `dir` if they are not made yet: its real entries and, for a
   // folder that holds tags, their index and every provider's entries (fill.cpp).
-  void fill(const Inode& dir) const;
+  // `scanned`: the folder's scan when the caller has just made it (SRC at load).
+  void fill(const Inode& dir, const ds::CheckpointDir* scanned = nullptr) const;
   // The entries of `folder`'s real folder that `dir` does not show yet; tag folders are plain.
   void mirror(const Folder* folder, const std::string& real_dir, uint64_t dir) const;
   // Indexes one tag folder of `f` and registers its shards; throws zm::Error when it cannot be indexed.

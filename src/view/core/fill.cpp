@@ -202,7 +202,7 @@ void View::show_partial_tags(const Folder& f, const std::vector<std::string>& ta
     }
 }
 
-void View::fill(const Inode& node) const {
+void View::fill(const Inode& node, const ds::CheckpointDir* scanned) const {
   if (!node.is_dir() || node.folder().filled.load()) return;
   const FolderData& dir = node.folder();
   Growth& g = *growth_;
@@ -225,7 +225,10 @@ void View::fill(const Inode& node) const {
     f.parent = above->node;
   ds::CheckpointDir scan;
   try {
-    if (dir.real != opts_.mount_point) scan = ds::scan_checkpoint(dir.real, opts_.mount_point);
+    if (scanned)
+      scan = *scanned;
+    else if (dir.real != opts_.mount_point)
+      scan = ds::scan_checkpoint(dir.real, opts_.mount_point);
   } catch (const Error& e) {
     spdlog::warn("{}: {}", dir.real, e.what());
   }

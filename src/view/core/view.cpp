@@ -24,7 +24,7 @@ View::~View() = default;
 
 std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& opts) {
   const auto t0 = Clock::now();
-  const ds::CheckpointDir dir = ds::scan_checkpoint(source);
+  const ds::CheckpointDir dir = ds::scan_checkpoint(source, opts.mount_point);
   struct stat root_st {};
   ::stat(dir.root.c_str(), &root_st);
   std::unique_ptr<View> v(new View(opts, root_st.st_mtim));
@@ -40,7 +40,7 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   // SRC is filled now, like any real folder on first use, so that its tags' reasons reach the
   // terminal; the folders below it wait for their first lookup or listing.
   tree.make_real(Tree::kRoot, dir.root);
-  v->fill(*tree.get(Tree::kRoot));
+  v->fill(*tree.get(Tree::kRoot), &dir);
   const auto t1 = Clock::now();
 
   const Folder& root = *v->growth_->folders.at(Tree::kRoot);
