@@ -168,15 +168,13 @@ bool View::index_new_tags(Folder& f, const std::vector<std::string>& tags, bool 
 void View::show_tags(Folder& f, const std::vector<const MountedTag*>& tags) const {
   if (tags.empty()) return;
   tree_.append([&](Tree& tree) {
+    // A tag saved since the last scan: refresh has just mirrored its folder. One refused before
+    // (a plain real folder) may have gained files since.
     for (const MountedTag* t : tags) {
-      const std::string& name = t->index->tag;
-      const Inode* had = tree.lookup(f.node, name);
-      if (had && had->made_by) continue;                  // the name means something else already
-      if (had && had->is_dir() && had->folder().plain) {  // refused before: its real folder may have gained files
+      const Inode* had = tree.lookup(f.node, t->index->tag);
+      if (had && had->is_dir() && had->folder().plain) {
         if (had->folder().filled) mirror(nullptr, had->folder().real, had->ino);
         tree.set_growing(had->ino, false);
-      } else if (!had) {
-        mirror(&f, f.real, f.node);  // a tag saved since the last scan
       }
     }
     if (!tree.lookup(f.node, "latest") && ds::read_latest(f.real))  // the first save into an empty folder
