@@ -163,10 +163,10 @@ class View final : public LiveSource {
   uint64_t add_latest(Tree& tree, const Folder& f, struct timespec mtime) const;
   // Takes the folder's `latest` if it names a served tag; returns the tag it names, served or not.
   std::optional<std::string> follow_latest(Folder& f) const;
-  // What the `latest` of the folder at inode `folder` shows now.
-  std::string latest_text(uint64_t folder) const;
-  // CheckpointFolder::served_tags of the folder at inode `folder`.
-  std::vector<NamedTag> served_tags(uint64_t folder) const;
+  // What the `latest` of `f` shows now.
+  std::string latest_text(Folder& f) const;
+  // CheckpointFolder::served_tags of `f`.
+  std::vector<NamedTag> served_tags(Folder& f) const;
   // Whether a sub-folder of real folder `dir` is a checkpoint folder: then `dir`, holding no tags
   // itself, is a run folder (Provider::add_run). Lists `dir`'s sub-folders and theirs.
   bool holds_checkpoint_folders(const std::string& dir) const;

@@ -165,26 +165,16 @@ std::optional<std::string> View::follow_latest(Folder& f) const {
   return tag;
 }
 
-std::string View::latest_text(uint64_t folder) const {
-  Folder* f;
-  {
-    std::lock_guard<std::mutex> lock(growth_->mu);
-    f = growth_->folders.at(folder).get();
-  }
-  if (!f->own_tag.empty()) return f->own_tag;
+std::string View::latest_text(Folder& f) const {
+  if (!f.own_tag.empty()) return f.own_tag;
   // A latest naming a tag not served yet: the save that rewrote it has most likely just finished.
-  if (const auto tag = follow_latest(*f); tag && !f->is_served(*tag) && refresh(*f)) follow_latest(*f);
-  std::lock_guard<std::mutex> lock(f->mu);
-  return f->shown_latest;
+  if (const auto tag = follow_latest(f); tag && !f.is_served(*tag) && refresh(f)) follow_latest(f);
+  std::lock_guard<std::mutex> lock(f.mu);
+  return f.shown_latest;
 }
 
-std::vector<NamedTag> View::served_tags(uint64_t folder) const {
-  Folder* f;
-  {
-    std::lock_guard<std::mutex> lock(growth_->mu);
-    f = growth_->folders.at(folder).get();
-  }
-  refresh(*f);
+std::vector<NamedTag> View::served_tags(Folder& f) const {
+  refresh(f);
   std::vector<NamedTag> out;
   const auto own = [&](Folder& g, const std::string& prefix) {
     std::lock_guard<std::mutex> scanning(g.scan_mu);  // what is indexed is appended under it
@@ -192,9 +182,9 @@ std::vector<NamedTag> View::served_tags(uint64_t folder) const {
     for (const auto& t : g.tags)
       if (g.is_served(t->index->tag) && fs::exists(t->index->dir)) out.push_back({prefix + t->index->tag, t.get()});
   };
-  own(*f, "");
-  if (out.empty() && f->run) {
-    const Inode& dir = *tree_.get(f->node);
+  own(f, "");
+  if (out.empty() && f.run) {
+    const Inode& dir = *tree_.get(f.node);
     for (uint64_t k = 0; const Inode* n = tree_.listed_child(dir, k); ++k) {
       if (!n->is_dir() || n->folder().real.empty() || n->folder().plain || n->made_by) continue;
       fill(*n);

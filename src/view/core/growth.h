@@ -53,8 +53,10 @@ struct View::Folder final : CheckpointFolder {
   uint64_t ino() const override { return node; }
   const std::string& path() const override { return real; }
   std::string mount_path() const override { return "/" + rel; }
-  std::string latest_text() const override { return view->latest_text(node); }
-  std::vector<NamedTag> served_tags() const override { return view->served_tags(node); }
+  // The View updates what a folder shows as it is asked (a rescan, `latest` followed): the
+  // CheckpointFolder interface is const to providers, the record itself is the View's to change.
+  std::string latest_text() const override { return view->latest_text(const_cast<Folder&>(*this)); }
+  std::vector<NamedTag> served_tags() const override { return view->served_tags(const_cast<Folder&>(*this)); }
   std::optional<std::string> latest_tag() const override;
   bool is_tag(const std::string& name) const override;
   bool is_served(const std::string& tag) const;
