@@ -22,11 +22,13 @@
 #include "mount_point.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/inspect.h"
+#include "zeromount/ds/source_path.h"
 #include "zeromount/fuse/adapter.h"
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
 #include "zeromount/view/export.h"
+#include "zeromount/view/provider.h"
 
 namespace zm::cli {
 
@@ -117,6 +119,23 @@ void cancel_export(int) {
 int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads,
                 const std::string& layout) {
   if (!layout.empty()) layout_named("--layout", layout);  // before the load, which takes a while
+  if (layout.empty() && what != "all") {
+    std::string kinds;
+    bool known = false;
+    for (const auto& p : view::providers()) {
+      kinds += std::string(p->kind()) + ", ";
+      known |= what == p->kind();
+    }
+    if (!known) throw UsageError("export --view: unknown view '" + what + "' (" + kinds + "or all)");
+  }
+  {  // the source is never written: not even a new folder inside it
+    std::error_code ec;
+    const fs::path src = fs::weakly_canonical(source, ec), dst = fs::weakly_canonical(out, ec);
+    const auto [s_end, d_at] = std::mismatch(src.begin(), src.end(), dst.begin(), dst.end());
+    if (!src.empty() && s_end == src.end())
+      throw UsageError("export: " + out + " lies inside the checkpoint folder " + source +
+                       ", which zeromount never writes: export somewhere else");
+  }
   view::ViewOptions vo;
   vo.rescan_seconds = 0;  // an export copies the tags that were there when it started
   auto view = view::View::load(source, vo);
@@ -204,6 +223,7 @@ int mount(const MountOptions& o) {
   vo.report = o.report;
   vo.max_shard_bytes = o.max_shard_bytes;
   vo.mount_point = mountpoint;
+  ds::fence_mount(mountpoint);  // no link SRC holds is ever followed into the mount itself
   auto view = view::View::load(o.source, vo);
   check_layouts_dir(*view, o.layouts_dir);
   if (view->stats().tags == 0 && view->stats().refused_tags == 0 && view->stats().folders == 0)

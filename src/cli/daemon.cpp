@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 
 namespace zm::cli {
@@ -107,7 +108,10 @@ void detach_stdio() {
 
 }  // namespace
 
-int run_in_background(const std::string& mountpoint, const Serve& serve, const std::string& log_file) {
+int run_in_background(const std::string& mountpoint, const Serve& serve, const std::string& log_file_given) {
+  // The daemon changes to "/": a relative --log-file is the caller's, so resolve it now.
+  const std::string log_file =
+      log_file_given.empty() ? "" : std::filesystem::absolute(log_file_given).lexically_normal().string();
   if (log_file.empty() && ::access("/dev/log", W_OK) != 0)
     spdlog::warn("no /dev/log here (a container?): the daemon's log is lost; pass --log-file PATH to keep it");
   int ready[2];

@@ -67,6 +67,10 @@ std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm:
       if (m.layouts_dir.empty() || m.layouts_dir.find('/') != std::string::npos || m.layouts_dir == "." ||
           m.layouts_dir == "..")
         throw UsageError("-o layouts_dir: '" + m.layouts_dir + "' is not a file name");
+      // Names the view makes up in a checkpoint folder: the layouts would be lost under them.
+      for (const char* made : {"report.html", ".zeromount", "latest_universal"})
+        if (m.layouts_dir == made)
+          throw UsageError("-o layouts_dir: '" + m.layouts_dir + "' is a name the view makes up; choose another name");
     } else if (in_list && zm::ds::parse_target(o)) {
       m.layout_presets.push_back(o);
     } else {
@@ -158,10 +162,12 @@ int main(int argc, char** argv) {
       throw zm::cli::UsageError("export: --layout writes one load_dir, layouts/" + layout +
                                 "; --view picks made-up folders instead: give one of them");
     if (*exp) return zm::cli::export_view(ckpt, out, what, threads, layout);
-    if (m.source.empty() || m.mountpoint.empty()) {
+    if (m.source.empty()) {
       std::cerr << app.help();
       return 2;
     }
+    if (m.mountpoint.empty())
+      throw zm::cli::UsageError("no MOUNTPOINT: zeromount SRC MNT [-o ...] mounts SRC on MNT (zeromount --help)");
     m.fuse_opts = take_own_opts(split_opts(raw_opts), m);
     return zm::cli::mount(m);
   } catch (const zm::cli::UsageError& e) {

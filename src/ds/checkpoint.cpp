@@ -5,11 +5,13 @@
 #include "parallel.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/shard_set.h"
+#include "zeromount/ds/source_path.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/file.h"
 
@@ -18,6 +20,15 @@ namespace zm::ds {
 namespace fs = std::filesystem;
 
 namespace {
+
+std::string kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a folder";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a file";
+}
 
 // By name only: a tag folder's entries are not followed here (a link loop in it must not stop the scan).
 bool holds_optim_states(const fs::path& dir) {
@@ -46,11 +57,26 @@ std::vector<std::pair<std::string, std::string>> tag_folder_files(const std::str
   fs::directory_iterator it(dir, ec);
   for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
+    std::string path = it->path().string();
     std::error_code bad;
-    if (it->is_regular_file(bad)) {
-      files.emplace_back(std::move(name), it->path().string());
-    } else if (bad && parse_shard_name(name)) {
-      throw Error(where(it->path().string(), "cannot be followed: " + bad.message()), bad.value());
+    if (it->is_symlink(bad)) {
+      // A linked shard is read where it lies, found without looking into the mount: a link into
+      // it refuses the tag (a shard read from our own mount would wait on itself).
+      try {
+        path = resolve(path);
+      } catch (const Error& e) {
+        if (parse_shard_name(name)) throw;
+        continue;
+      }
+    }
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      files.emplace_back(std::move(name), std::move(path));
+    } else if (parse_shard_name(name)) {
+      const int err = errno;
+      throw Error(where(it->path().string(), st.st_mode ? "not a regular file (" + kind_of(st.st_mode) + ")"
+                                                        : "cannot be followed: " + std::string(strerror(err))),
+                  st.st_mode ? EINVAL : err);
     }
   }
   if (ec) throw Error(where(dir, "cannot list: " + ec.message()), ec.value());
@@ -81,12 +107,27 @@ bool tag_order(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
+// An entry of a listed folder as a folder to look into: links resolved without entering the
+// mount, "" when it is no folder or cannot be followed.
+std::string folder_at(const fs::directory_entry& e, const std::string& skip, std::string* why = nullptr) {
+  std::error_code ec;
+  if (e.path() == skip) return "";
+  std::string path = e.path().string();
+  if (e.is_symlink(ec)) {
+    try {
+      path = resolve(path);
+    } catch (const Error& err) {
+      if (why) *why = err.what();
+      return "";
+    }
+  }
+  return fs::is_directory(path, ec) ? path : "";
+}
+
 bool any_folder_in(const std::string& dir, const std::string& skip, const std::function<bool(const std::string&)>& is) {
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code e2;
-    if (it->path() != skip && it->is_directory(e2) && is(it->path())) return true;
-  }
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (const std::string d = folder_at(*it, skip); !d.empty() && is(d)) return true;
   return false;
 }
 
@@ -97,7 +138,7 @@ bool holds_tag_folder(const std::string& dir, const std::string& skip) {
 std::optional<std::string> read_latest(const std::string& root) {
   const std::string path = root + "/latest";
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kLatestMaxBytes) return std::nullopt;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kLatestMaxBytes) return std::nullopt;
   try {
     const pt::File f(path);
     return f.read_string(0, size_t(f.size()), "latest");
@@ -128,11 +169,12 @@ CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip) 
   std::map<std::string, std::pair<bool, std::string>> by_target;  // canonical -> (is a link, name)
   for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
-    if (it->path() == skip || !it->is_directory(e2) || !holds_optim_states(it->path())) continue;
-    const std::string target = fs::canonical(it->path(), e2).string();
-    if (e2) continue;
-    const bool link = it->is_symlink(e2);
     const std::string name = it->path().filename().string();
+    std::string why;
+    const std::string target = folder_at(*it, skip, &why);
+    if (!why.empty() && it->is_symlink(e2)) c.refused.emplace_back(name, why);
+    if (target.empty() || !holds_optim_states(target)) continue;
+    const bool link = it->is_symlink(e2);
     auto [at, fresh] = by_target.try_emplace(target, link, name);
     if (!fresh && at->second.first && (!link || name < at->second.second)) at->second = {link, name};
   }
@@ -143,9 +185,7 @@ CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip) 
 
 std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict) {
   auto index = std::make_unique<TagIndex>();
-  std::error_code ec;
-  index->dir = fs::canonical(tag_dir, ec).string();
-  if (ec) throw Error(tag_dir + ": " + ec.message(), ec.value());
+  index->dir = resolve(fs::absolute(tag_dir).lexically_normal().string());
   index->tag = fs::path(index->dir).filename().string();
   if (is_parallel_tag(index->dir)) {
     index_parallel(*index, tp_strict);

@@ -5,12 +5,16 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "builders.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/shard_names.h"
+#include "zeromount/ds/source_path.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pickle_reader.h"
 #include "zeromount/pt/pickle_writer.h"
@@ -302,7 +306,11 @@ uint64_t pickle_hash(const std::string& path) {
 }
 
 bool still_valid(const TagIndex& ix) {
+  // Shards are kept by the path their links led to: a link pointed elsewhere since is a change.
+  std::set<std::string> now;
+  for (auto& [name, path] : tag_folder_files(ix.dir)) now.insert(std::move(path));
   for (const auto& s : ix.shards) {
+    if (!now.count(s.path)) return false;
     struct stat st;
     if (::stat(s.path.c_str(), &st) != 0 || uint64_t(st.st_size) != s.size || uint64_t(st.st_ino) != s.inode ||
         pt::mtime_ns(st) != s.mtime_ns)
@@ -534,9 +542,7 @@ std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit
   if (hit) *hit = false;
   const std::string cache = index_cache_dir();
   if (cache.empty()) return index_tag(tag_dir, tp_strict);
-  std::error_code ec;
-  const std::string dir = fs::canonical(tag_dir, ec).string();
-  if (ec) throw Error(tag_dir + ": " + ec.message(), ec.value());
+  const std::string dir = resolve(fs::absolute(tag_dir).lexically_normal().string());
   const std::string entry = entry_path(cache, dir, tp_strict);
   try {
     std::ifstream in(entry, std::ios::binary);

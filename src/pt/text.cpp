@@ -93,4 +93,26 @@ std::string lpad(std::string s, size_t width) {
   return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
 }
 
+std::string quoted(std::string_view s, size_t max) {
+  std::string out = "'";
+  for (size_t k = 0; k < s.size() && k < max; ++k) {
+    const auto c = static_cast<unsigned char>(s[k]);
+    if (c == '\\' || c == '\'') {
+      out += '\\';
+      out += char(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c > 0x7e) {
+      char buf[8];
+      snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + (s.size() > max ? "'..." : "'");
+}
+
 }  // namespace zm::pt

@@ -35,18 +35,68 @@ bool Tensor::contiguous() const {
   return true;
 }
 
+namespace {
+constexpr size_t kIndexFrom = 16;  // below this a scan is cheaper than a hash
+
+bool same(const Node* k, std::string_view key) {
+  return k->kind == Kind::Str && k->s == key;
+}
+bool same(const Node* k, int64_t key) {
+  return k->kind == Kind::Int && k->i == key;
+}
+}  // namespace
+
+struct DictIndex::Map {
+  size_t n = 0;  // entries[0, n) are in the maps
+  std::unordered_map<std::string_view, const Node*> str;
+  std::unordered_map<int64_t, const Node*> ints;
+};
+
+const DictIndex::Map* DictIndex::map(const Node& dict) const {
+  if (const Map* m = map_.load(std::memory_order_acquire)) return m;
+  if (dict.entries.size() < kIndexFrom) return nullptr;
+  auto m = std::make_unique<Map>();
+  m->n = dict.entries.size();
+  for (const auto& [k, v] : dict.entries) {  // in order: a later duplicate overwrites
+    if (k->kind == Kind::Str) m->str[k->s] = v;
+    if (k->kind == Kind::Int) m->ints[k->i] = v;
+  }
+  const Map* expected = nullptr;
+  if (map_.compare_exchange_strong(expected, m.get(), std::memory_order_acq_rel)) return m.release();
+  return expected;  // another reader built it first
+}
+
+void DictIndex::reset() {
+  delete map_.exchange(nullptr);
+}
+
+template <typename K>
+static const Node* find_in(const Node& dict, const DictIndex::Map* m, const std::unordered_map<K, const Node*>* keyed,
+                           K key) {
+  const size_t from = m ? m->n : 0;
+  for (size_t i = dict.entries.size(); i-- > from;)  // newest first: the last one set wins
+    if (same(dict.entries[i].first, key)) return dict.entries[i].second;
+  if (!keyed) return nullptr;
+  auto it = keyed->find(key);
+  return it == keyed->end() ? nullptr : it->second;
+}
+
+const Node* DictIndex::find(const Node& dict, std::string_view key) const {
+  const Map* m = map(dict);
+  return find_in<std::string_view>(dict, m, m ? &m->str : nullptr, key);
+}
+
+const Node* DictIndex::find(const Node& dict, int64_t key) const {
+  const Map* m = map(dict);
+  return find_in<int64_t>(dict, m, m ? &m->ints : nullptr, key);
+}
+
 const Node* Node::get(std::string_view key) const {
-  if (kind != Kind::Dict) return nullptr;
-  for (const auto& [k, v] : entries)
-    if (k->kind == Kind::Str && k->s == key) return v;
-  return nullptr;
+  return kind == Kind::Dict ? index.find(*this, key) : nullptr;
 }
 
 const Node* Node::get(int64_t key) const {
-  if (kind != Kind::Dict) return nullptr;
-  for (const auto& [k, v] : entries)
-    if (k->kind == Kind::Int && k->i == key) return v;
-  return nullptr;
+  return kind == Kind::Dict ? index.find(*this, key) : nullptr;
 }
 
 std::string_view Node::kind_name() const {

@@ -9,7 +9,7 @@ import tempfile
 import pytest
 import torch
 
-from conftest import FIXTURE_NAMES, FIXTURES, ZEROMOUNT, mount, mounted_paths
+from conftest import FIXTURE_NAMES, FIXTURES, ZEROMOUNT, mount, mounted_paths, unmount
 
 
 def run(*args):
@@ -123,6 +123,15 @@ def test_usage_errors_exit_2_and_unknown_log_levels_are_refused(tmp_path):
         assert r.returncode == 2, (bad, r.returncode, r.stderr)
     assert "loud" in run("--log-level", "loud", SRC, str(tmp_path)).stderr
     assert run("--version").returncode == 0
+    # Issue 27, item 9: what a user gets wrong says what, and exits 2.
+    r = run(SRC)
+    assert r.returncode == 2 and "no MOUNTPOINT" in r.stderr and "Usage" not in r.stderr, r.stderr
+    r = run("export", SRC, str(tmp_path / "out"), "--view", "bogus")
+    assert r.returncode == 2 and "unknown view 'bogus'" in r.stderr, r.stderr
+    src = tmp_path / "ckpt"
+    shutil.copytree(SRC, src)
+    r = run("export", str(src), str(src / "exported"))
+    assert r.returncode == 2 and "never writes" in r.stderr and not (src / "exported").exists(), r.stderr
     with mount(SRC, "--log-level", "INFO") as m:  # any case of a known level
         assert os.listdir(m)
 
@@ -282,7 +291,8 @@ def test_options_that_cannot_work_are_usage_errors(tmp_path):
 
 
 @pytest.mark.parametrize("name,what", [("latest", "an entry of SRC"), ("notes", "an entry of SRC"),
-                                       ("global_step3_universal", "a made-up universal folder")])
+                                       ("global_step3_universal", "a made-up universal folder"),
+                                       ("report.html", "a name the view makes up")])
 def test_layouts_dir_that_is_taken_is_refused(tmp_copy, tmp_path, name, what):
     d = tmp_copy("z2_ws2_fp32_pg2")
     os.mkdir(f"{d}/notes")
@@ -385,3 +395,17 @@ def test_a_source_that_cannot_be_listed_is_refused(tmp_path):
     assert not made and r.returncode == 1 and f"{src}: cannot list: Permission denied" in r.stderr, r.stderr
     r = refused(mnt, os.path.join(src, "latest"), mnt)  # a file
     assert r.returncode == 1 and "not a directory" in r.stderr, r.stderr
+
+
+def test_a_relative_log_file_is_the_callers(tmp_path):
+    """Issue 27, item 5: the daemon changes to /, so --log-file is made absolute before it forks."""
+    mnt = tmp_path / "m"
+    mnt.mkdir()
+    r = subprocess.run([ZEROMOUNT, SRC, str(mnt), "--log-file", "zm.log"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert os.listdir(mnt)
+    finally:
+        unmount(str(mnt))
+    assert (tmp_path / "zm.log").exists() and not os.path.exists("/zm.log")

@@ -161,6 +161,20 @@ def operations(m, tmp):
             os.utime(shard, ns=(1, 1))
             return expect(want, lambda: open(target, "rb").read())
 
+    def chmod_linked_shard(want):
+        # No byte changes: a chmod and a hard link move the ctime only (issue 27, item 8).
+        src = private_copy("chmodded")
+        shard = os.path.join(src, TAG, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
+        with mount(src) as m2:
+            target = os.path.join(m2, f"{TAG}_universal", "zero", "fc1.weight", "fp32.pt")
+            before = open(target, "rb").read()
+            os.chmod(shard, 0o640)
+            os.link(shard, os.path.join(src, "hardlink.pt"))
+            got = errno_of(lambda: open(target, "rb").read())
+            if got:
+                return errno.errorcode.get(got, str(got))
+            return None if want is None and open(target, "rb").read() == before else "other bytes"
+
     def replaced_shard(want):
         src = private_copy("replaced")
         shard = os.path.join(src, TAG, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
@@ -218,6 +232,7 @@ def operations(m, tmp):
         "statfs": lambda want: statfs(),
         "read of a file built from a shard that changed (size, mtime or inode) since the mount": changed_shard,
         "read of a file built from a shard that was deleted or replaced since the mount": replaced_shard,
+        "read of a file built from a shard after a chmod or a hard link of it": chmod_linked_shard,
         "lookup at the top level after a tag is saved into SRC": new_tag,
         "read of `latest` after the next save rewrites it": rewritten_latest,
     }

@@ -118,7 +118,7 @@ TEST(Folders, ABrokenNestedTagIsNamedByItsPathInTheMount) {
   EXPECT_EQ(names(*v, "/team/run1/checkpoint-2/global_step2").size(), 2u) << "its real files";
   const std::string errors = content_of(*v, at(*v, "/.zeromount/errors"));
   EXPECT_EQ(errors.rfind("team/run1/checkpoint-2/global_step2: ", 0), 0u) << errors;
-  EXPECT_NE(errors.find("team/run1/checkpoint-2/latest: names global_step2, which is not served"), std::string::npos)
+  EXPECT_NE(errors.find("team/run1/checkpoint-2/latest: names 'global_step2', which is not served"), std::string::npos)
       << errors;
 }
 
@@ -177,7 +177,7 @@ TEST(Folders, LatestNamingATruncatedTagAtMountShowsTheNewestServedTag) {
   EXPECT_EQ(content_of(*v, at(*v, "/latest_universal")), "global_step3_universal");
   EXPECT_EQ(content_of(*v, at(*v, "/layouts/zero2-dp2-fp32/latest")), "global_step3");
   EXPECT_NE(content_of(*v, at(*v, "/.zeromount/errors"))
-                .find("latest: names global_step9, which is not served; showing global_step3"),
+                .find("latest: names 'global_step9', which is not served; showing global_step3"),
             std::string::npos);
 }
 

@@ -2,6 +2,8 @@
 // files, DeepSpeed's objects decode, and the less common pickle opcodes work.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "helpers.h"
 #include "zeromount/ds/field.h"
 #include "zeromount/pt/error.h"
@@ -135,6 +137,45 @@ TEST(PtReader, OtherFormatsAreNamed) {
     } catch (const FormatError& e) {
       EXPECT_EQ(std::string(e.what()), dir + "/" + said);
     }
+  }
+}
+
+// The dict index (issue 29) against a scan with Python's rule (the last key set wins), on random
+// dicts of every size around the index threshold, with duplicate and mixed-kind keys, and with
+// entries appended after the first lookup built the index.
+TEST(PtValue, DictIndexAgreesWithLinearLookup) {
+  std::mt19937 rng(29);
+  auto linear_str = [](const pt::Node& d, const std::string& key) -> const pt::Node* {
+    const pt::Node* found = nullptr;
+    for (const auto& [k, v] : d.entries)
+      if (k->kind == pt::Kind::Str && k->s == key) found = v;
+    return found;
+  };
+  auto linear_int = [](const pt::Node& d, int64_t key) -> const pt::Node* {
+    const pt::Node* found = nullptr;
+    for (const auto& [k, v] : d.entries)
+      if (k->kind == pt::Kind::Int && k->i == key) found = v;
+    return found;
+  };
+  for (int round = 0; round < 200; ++round) {
+    pt::Arena a;
+    pt::Node* d = a.make(pt::Kind::Dict);
+    const int n = int(rng() % 64), space = 1 + int(rng() % 48);
+    auto add = [&] {
+      const int key = int(rng() % space);
+      pt::Node* k = rng() % 2 ? a.make_str("k" + std::to_string(key)) : a.make_int(key);
+      d->entries.emplace_back(k, a.make_int(int64_t(rng())));
+    };
+    for (int i = 0; i < n; ++i) add();
+    auto check = [&] {
+      for (int key = -1; key <= space; ++key) {
+        EXPECT_EQ(d->get("k" + std::to_string(key)), linear_str(*d, "k" + std::to_string(key)));
+        EXPECT_EQ(d->get(int64_t(key)), linear_int(*d, key));
+      }
+    };
+    check();
+    for (int i = 0; i < 5; ++i) add();  // a tree still being built after its first lookup
+    check();
   }
 }
 

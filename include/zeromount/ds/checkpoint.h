@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "zeromount/ds/tag_index.h"
@@ -17,6 +18,8 @@ struct CheckpointDir {
   std::optional<std::string> latest;  // content of `latest`, stripped
   std::vector<std::string> tags;      // sub-folders that hold *_optim_states.pt files, in tag_order
   bool root_is_tag = false;           // the folder itself holds the shards
+  // Entries not looked into, with why: a link that leads into the mount itself (ds::resolve).
+  std::vector<std::pair<std::string, std::string>> refused;
 };
 
 // `skip`: a path never looked into (the view's own mount point, which may lie inside `path`).
@@ -28,6 +31,8 @@ bool any_folder_in(const std::string& dir, const std::string& skip, const std::f
 bool holds_tag_folder(const std::string& dir, const std::string& skip = "");
 // SRC's `latest` byte for byte (DeepSpeed writes the tag without a newline), or nothing when it is
 // absent, not a regular file, over kLatestMaxBytes or unreadable. DeepSpeed rewrites it after every save.
+// A link is not followed: DeepSpeed writes a file, and what a link names could be any file the
+// daemon may read (/etc/shadow), which error lines would then quote to other users.
 inline constexpr int64_t kLatestMaxBytes = 4096;
 std::optional<std::string> read_latest(const std::string& root);
 // The tag a `latest` text names, read as DeepSpeed reads it (`fd.read().strip()`).

@@ -15,5 +15,9 @@ std::string json_escape(std::string_view s);                      // a JSON stri
 std::string format_double(double v);                              // shortest round-trip form, as Python's repr
 std::string pad(std::string s, size_t width);                     // left-aligned in a column of `width`
 std::string lpad(std::string s, size_t width);                    // right-aligned
+// Someone else's text quoted on one line: in single quotes, at most `max` bytes of it, with
+// control characters, quotes and bytes over 0x7e escaped as Python's repr escapes them, and "..."
+// where it was cut. Source files may hold anything: an error line quotes a prefix, never a file.
+std::string quoted(std::string_view s, size_t max = 64);
 
 }  // namespace zm::pt

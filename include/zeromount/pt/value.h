@@ -2,6 +2,7 @@
 // The immutable value tree a pickle decodes to. Nodes live in an Arena and point at each other
 // with raw pointers: teardown is flat (no recursion, so hostile nesting cannot overflow the stack)
 // and cycles built through the memo are harmless.
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -84,6 +85,31 @@ enum class Kind : uint8_t {
 
 enum class Build : uint8_t { Reduce, NewObj };
 
+// A dict's key -> entry map, built on the first lookup of a dict of 16 entries or more. A
+// ZeRO-3 rank's state dict has one entry per parameter, and indexing asks each of them by name:
+// a scan per lookup made indexing O(params^2) (issue 29). Built once and published atomically,
+// so concurrent readers of one decoded pickle share it. Entries appended after it was built
+// (a tree under construction) are still found: they are scanned, newest first.
+class DictIndex {
+ public:
+  DictIndex() = default;
+  DictIndex(const DictIndex&) {}  // an index belongs to its own node's entries: a copy makes its own
+  DictIndex& operator=(const DictIndex&) {
+    reset();
+    return *this;
+  }
+  ~DictIndex() { reset(); }
+  // Python's rule: of duplicate keys, the last one set wins.
+  const Node* find(const Node& dict, std::string_view key) const;
+  const Node* find(const Node& dict, int64_t key) const;
+  struct Map;
+
+ private:
+  const Map* map(const Node& dict) const;
+  void reset();
+  mutable std::atomic<const Map*> map_{nullptr};
+};
+
 struct Node {
   Kind kind = Kind::None;
   bool b = false;        // Bool value
@@ -99,12 +125,13 @@ struct Node {
   const Node* args = nullptr;                                // Object
   const Node* state = nullptr;  // Object BUILD state; also BUILD on a Dict (state_dict _metadata)
   Tensor* tensor = nullptr;     // Tensor; Storage (dtype, key, numel only)
+  DictIndex index;              // Dict: lookups by key
 
   bool is(Kind k) const { return kind == k; }
   bool is_global(std::string_view module, std::string_view name) const {
     return kind == Kind::Global && s == module && s2 == name;
   }
-  // Dict lookup by string key; nullptr when absent or not a dict.
+  // Dict lookup by string key; nullptr when absent or not a dict. O(1) for a big dict.
   const Node* get(std::string_view key) const;
   // Dict lookup by int key (torch optimizer state is keyed by int).
   const Node* get(int64_t key) const;

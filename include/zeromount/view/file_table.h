@@ -27,8 +27,8 @@ class FileTable : public pt::ExtentReader {
 
   // Registers a file (once per path) and returns its id. Only stats it: nothing is opened.
   uint32_t add(const std::string& path);
-  // Throws ESTALE if the file no longer has the identity it had at add() (size, mtime, ctime,
-  // inode), and the open error (EACCES, ENOENT, ...) if it cannot be opened.
+  // Throws ESTALE if the file no longer has the identity it had at add() (size, mtime, inode, and
+  // ctime unless a chmod, chown or link explains it), and the open error (EACCES, ENOENT, ...) if it cannot be opened.
   void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const override;
   const std::string& path(uint32_t file) const { return entry(file).path; }
   const struct stat& stat(uint32_t file) const { return entry(file).st; }

@@ -20,10 +20,14 @@ int64_t ctime_ns(const struct stat& s) {
   return int64_t(s.st_ctim.tv_sec) * 1000000000 + s.st_ctim.tv_nsec;
 }
 
-// What a rewrite changes. ctime too: an in-place overwrite can restore the mtime, never the ctime.
+// What a rewrite changes: size, mtime, inode. And ctime, since an in-place overwrite can restore
+// the mtime but never the ctime; yet a chmod, chown or hard link moves the ctime too, without
+// changing a byte, so a new ctime counts only where no such change of the inode explains it.
 bool same_identity(const struct stat& a, const struct stat& b) {
-  return a.st_size == b.st_size && pt::mtime_ns(a) == pt::mtime_ns(b) && ctime_ns(a) == ctime_ns(b) &&
-         a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+  const bool metadata_changed =
+      a.st_mode != b.st_mode || a.st_uid != b.st_uid || a.st_gid != b.st_gid || a.st_nlink != b.st_nlink;
+  return a.st_size == b.st_size && pt::mtime_ns(a) == pt::mtime_ns(b) &&
+         (ctime_ns(a) == ctime_ns(b) || metadata_changed) && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
 }  // namespace

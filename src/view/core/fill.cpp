@@ -8,11 +8,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "growth.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/index_cache.h"
+#include "zeromount/ds/source_path.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/text.h"
 
 namespace zm::view {
 
@@ -110,16 +113,34 @@ const MountedTag& View::add_tag(Folder& f, const std::string& tag, bool* cache_h
   auto mt = std::make_unique<MountedTag>();
   mt->index = ix.get();
   mt->crc_source = opts_.crc ? &files_ : nullptr;
-  std::vector<Access> shard_access;
+  // What a made-up entry may be: what its sources allow, and (for those reached through a link)
+  // what the folders on the way to them allow, as the kernel would ask of a reader following the
+  // link (a shard linked into a 0700 folder stays closed to others: issue 27).
+  std::map<std::string, Access> searched;  // folder -> its search bits, as read bits
+  const auto reach = [&](const std::string& path, std::vector<Access>& into) {
+    for (const std::string& d : ds::folders_to_reach(path, root_)) {
+      auto [at, fresh] = searched.try_emplace(d);
+      if (fresh) {
+        struct stat st {};
+        at->second = ::stat(d.c_str(), &st) == 0 ? access_of(st) : Access{0, 0, 0, true};
+        at->second.perm = (at->second.perm & 0111) | (at->second.perm & 0111) << 2;
+      }
+      into.push_back(at->second);
+    }
+  };
+  std::vector<Access> shard_access, folder_access;
   for (const auto& s : ix->shards) {
     const uint32_t id = files_.add(s.path);
     files_.expect(id, s.size, s.mtime_ns, s.inode);
     mt->file_of_shard.push_back(id);
     shard_access.push_back(access_of(files_.stat(id)));
+    reach(s.path, shard_access);
   }
   struct stat tag_st {};
-  ::stat(td.c_str(), &tag_st);
-  mt->folder = access_of(tag_st);
+  ::stat(ix->dir.c_str(), &tag_st);
+  folder_access.push_back(access_of(tag_st));
+  reach(ix->dir, folder_access);
+  mt->folder = least_of(folder_access);
   mt->files = least_of(shard_access);
   const MountedTag& t = *mt;
   f.indexes.push_back(std::move(ix));
@@ -230,6 +251,10 @@ void View::fill(const Inode& node, const ds::CheckpointDir* scanned) const {
   } catch (const Error& e) {
     spdlog::warn("{}: {}", dir.real, e.what());
   }
+  for (const auto& [name, why] : scan.refused) {
+    spdlog::warn("{}", why);
+    f.refuse_entry(name, why);
+  }
   std::vector<std::string> tags = scan.tags;
   if (node.ino == Tree::kRoot && scan.root_is_tag) {  // a tag folder mounted alone: a folder holding that tag
     f.own_tag = fs::path(dir.real).filename().string();
@@ -252,11 +277,12 @@ void View::fill(const Inode& node, const ds::CheckpointDir* scanned) const {
       f.shown_tag = named;
     } else if (text && !f.served.empty()) {  // show the newest tag served, never one that is not
       const std::string newest = *std::max_element(f.served.begin(), f.served.end(), ds::tag_order);
-      f.latest_note = "names " + named + ", which is not served; showing " + newest + ", the newest tag served";
+      f.latest_note =
+          "names " + pt::quoted(named) + ", which is not served; showing " + newest + ", the newest tag served";
       f.shown_latest = newest;
       f.shown_tag = newest;
     } else if (text) {
-      f.latest_note = "names " + named + ", which is not served";
+      f.latest_note = "names " + pt::quoted(named) + ", which is not served";
     }
   }
   const bool growing = opts_.rescan_seconds > 0 && opts_.tags.empty() && f.own_tag.empty();

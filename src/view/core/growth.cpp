@@ -104,6 +104,7 @@ bool View::refresh(Folder& f) const {
     return false;
   }
   f.scan_error.clear();
+  for (const auto& [name, why] : dir.refused) f.refuse_entry(name, why);
   forget_deleted(f, dir.tags);
   const size_t before = f.tags.size();
   index_new_tags(f, dir.tags, true);
@@ -211,6 +212,22 @@ bool View::may_list(const Caller& who, uint64_t dir, const std::string& name) co
   }
 }
 
+// One entry, one line: names and reasons may hold newlines and bytes no terminal should get.
+static std::string one_line(const std::string& line) {
+  std::string out;
+  for (size_t k = 0; k + 1 < line.size(); ++k) {
+    const auto c = static_cast<unsigned char>(line[k]);
+    if (c >= 0x20 && c != 0x7f) {
+      out += char(c);
+    } else {
+      char buf[8];
+      snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out + "\n";
+}
+
 std::string View::errors_text(const Caller& who) const {
   std::vector<const Folder*> folders;
   {
@@ -233,7 +250,7 @@ std::string View::errors_text(const Caller& who) const {
         lines.emplace_back(entry.substr(0, entry.find('/')), f->inside(entry) + ": " + inside(reason) + "\n");
     }
     for (const auto& [entry, line] : lines)
-      if (may_list(who, f->node, entry)) text += line;
+      if (may_list(who, f->node, entry)) text += one_line(line);
   }
   return text;
 }
