@@ -171,6 +171,10 @@ bool enabled(const pt::Node* config, std::string_view key) {
 
 }  // namespace
 
+std::vector<std::vector<uint32_t>> group_param_order(const TagIndex& index, const SourceOptions& source) {
+  return param_order(index, source);
+}
+
 std::optional<TargetLayout> parse_target(std::string_view s) {
   TargetLayout t;
   if (take(s, "bf16opt-dp")) {

@@ -129,7 +129,7 @@ def test_real_files_are_byte_identical(mnt):
         for f in files:
             with open(os.path.join(dirpath, f), "rb") as a, open(os.path.join(m, rel, f), "rb") as b:
                 assert a.read() == b.read(), f
-    made_up = {f"{TAG}_universal", f"{TAG}_params", f"{TAG}_fp32", "latest_universal", "layouts", ".zeromount",
+    made_up = {f"{TAG}_universal", f"{TAG}_params", f"{TAG}_fp32", f"{TAG}_dcp", "latest_universal", "layouts", ".zeromount",
                "report.html"}
     training = {"bf16": f"{TAG}_bf16", "fp16": f"{TAG}_fp16"}.get(name.split("_")[2])
     assert set(os.listdir(m)) == set(os.listdir(src)) | made_up | ({training} if training else set())

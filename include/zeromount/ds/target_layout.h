@@ -44,6 +44,9 @@ struct SourceOptions {
 SourceOptions source_options(const TagIndex& index);
 // The same, from that file's pickle already loaded.
 SourceOptions source_options(const TagIndex& index, const pt::Node* model_root);
+// Trainable parameters (indices into TagIndex::params) per param group, in param_group['params']
+// order with a round robin undone (spec §3.1): the order a torch optimizer numbers them in.
+std::vector<std::vector<uint32_t>> group_param_order(const TagIndex& index, const SourceOptions& source);
 // The source's own layout name: a fake at it must equal the real files (spec §6, §7.1).
 TargetLayout source_layout(const TagIndex& index, const SourceOptions& options);
 TargetLayout source_layout(const TagIndex& index);

@@ -32,6 +32,13 @@ Node* new_object(Arena& a, std::string_view module, std::string_view cls, const 
 // A tensor whose bytes are `data` (extents, zero fill, computed pieces: virtual_file.h).
 Node* tensor(Arena& a, DType dtype, std::vector<int64_t> shape, std::vector<Extent> data);
 
+// Bytes [from, from + length) of `file` appended to `out`'s data, piece for piece: source ranges
+// stay source ranges, computed pieces are computed in part. A DCP chunk is rows of a tensor that
+// is served whole elsewhere (issue 28).
+void slice_data(const VirtualFile& file, uint64_t from, uint64_t length, Tensor& out);
+// `from` appended to `into`, piece for piece (one file made of whole .pt archives).
+void append_file(VirtualFile& into, const VirtualFile& from);
+
 // A tensor's data as it is assembled: source extents, zero fill and computed pieces.
 struct Fill {
   Tensor& t;

@@ -107,6 +107,13 @@ std::vector<Item> weight_items(const MountedTag& t, Weights which) {
 
 }  // namespace
 
+std::vector<WeightTensor> weight_tensors(const MountedTag& t, Weights which) {
+  std::vector<WeightTensor> out;
+  for (Item& it : weight_items(t, which))
+    out.push_back({it.name, it.shares, it.dtype, it.shape, it.bytes, std::move(it.append)});
+  return out;
+}
+
 WeightShards plan_weights(const MountedTag& t, Weights which, uint64_t max_bytes) {
   const std::vector<Item> items = weight_items(t, which);
   WeightShards plan;

@@ -8,6 +8,7 @@ std::unique_ptr<Provider> make_universal_provider();  // universal_provider.cpp
 std::unique_ptr<Provider> make_params_provider();     // params_provider.cpp
 std::unique_ptr<Provider> make_fp32_provider();       // weights_provider.cpp
 std::unique_ptr<Provider> make_training_provider();   // weights_provider.cpp
+std::unique_ptr<Provider> make_dcp_provider();        // dcp_provider.cpp
 std::unique_ptr<Provider> make_status_provider();     // status_provider.cpp
 std::unique_ptr<Provider> make_layouts_provider();    // layouts_provider.cpp
 std::unique_ptr<Provider> make_report_provider();     // report_provider.cpp
@@ -19,6 +20,7 @@ const std::vector<std::unique_ptr<Provider>>& providers() {
     v.push_back(make_params_provider());
     v.push_back(make_fp32_provider());
     v.push_back(make_training_provider());
+    v.push_back(make_dcp_provider());
     v.push_back(make_status_provider());
     v.push_back(make_layouts_provider());
     v.push_back(make_report_provider());  // after params: it adds a page to <T>_params/

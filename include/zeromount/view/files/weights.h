@@ -3,6 +3,7 @@
 // every tensor in its order (buffers, frozen parameters, trainable parameters, shared aliases),
 // split into shards by huggingface_hub's rule, served lazily from the shards.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,19 @@ enum class Weights {
   Master,    // the optimizer's master weights (fp32), as zero_to_fp32.py writes them
   Training,  // the module's training precision (bf16/fp16): what people publish for inference
 };
+
+// One tensor of the module's state dict as the weights folders hold it: buffers, frozen and
+// trainable parameters, then aliases of tied ones (`shares`: the position of the tensor whose
+// bytes an alias repeats, else SIZE_MAX). The torch-format views take the same tensors.
+struct WeightTensor {
+  const std::string* name;
+  size_t shares;
+  pt::DType dtype;
+  const std::vector<int64_t>* shape;
+  uint64_t bytes;
+  std::function<void(pt::VirtualFile&)> append;  // appends its bytes
+};
+std::vector<WeightTensor> weight_tensors(const MountedTag& t, Weights which);
 
 // Which tensors go into which file, by huggingface_hub's split_state_dict_into_shards: in order,
 // a new shard when the next tensor would tip the current one over `max_bytes`; a tensor larger

@@ -1,0 +1,39 @@
+// <T>_dcp/: each tag's whole training state as a torch.distributed.checkpoint folder (issue 28):
+// `dcp.load` of an FSDP2 model and its torch optimizer, at any world size, resumes the DeepSpeed
+// run (README "Leave DeepSpeed"). Model keys in torch's family and torchtitan's, over the same bytes.
+#include <spdlog/spdlog.h>
+
+#include "zeromount/ds/torch_state.h"
+#include "zeromount/view/files/dcp_files.h"
+#include "zeromount/view/provider.h"
+
+namespace zm::view {
+
+namespace {
+
+class DcpProvider final : public Provider {
+ public:
+  std::string_view kind() const override { return "dcp"; }
+
+  void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
+    const std::string name = tag.index->tag + "_dcp";
+    if (const std::string why = ds::torch_state_refusal(*tag.index); !why.empty()) {
+      spdlog::info("{}: not made: {}", name, why);
+      cx.folder().refuse_entry(name, "not made: " + why);
+      return;
+    }
+    const uint64_t d = cx.add_made_dir(name, *this, {&tag});
+    if (!d) return;
+    DcpShape shape;
+    shape.torchtitan = true;
+    cx.tree().set_lazy(d, make_dcp_dir(tag, shape, cx.mtime()));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_dcp_provider() {
+  return std::make_unique<DcpProvider>();
+}
+
+}  // namespace zm::view
