@@ -124,3 +124,81 @@ def test_tensor_parallel_sources_are_merged_as_deepspeeds_converter_merges_them(
                 want = torch.load(os.path.join(zero, n, f"{k}.pt"))["param"]
                 got = sd[f"model.{n}"] if k == "fp32" else sd[f"optimizer.state.{n}.{k}"]
                 assert torch.equal(got, want), (n, k)
+
+
+def dcp_at(name):
+    info, live = meta(name)
+    return info, live, os.path.join(FIXTURES, name, "checkpoint")
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("name", ["z3_ws2_fp32_pg2", "z1_ws2_bf16_pg2_fp32acc"])
+def test_fsdp_layout_is_cut_where_fsdp2_shards_and_holds_the_same_state(name, world):
+    """layouts/fsdp-dp<W>/: Accelerate's two DCP folders, each tensor cut on dim 0 by torch.chunk's
+    rule at W ranks, rank r's rows in __r_0.distcp only; the state equals <T>_dcp's."""
+    info, live, src = dcp_at(name)
+    with mount(src) as m:
+        target = f"{m}/layouts/fsdp-dp{world}"
+        assert {"pytorch_model_fsdp_0", "optimizer_0"} <= set(os.listdir(target))
+        _, whole = dcp_reader.load(f"{m}/{info['tag']}_dcp")
+        mmd, model = dcp_reader.load(f"{target}/pytorch_model_fsdp_0")
+        omd, optim = dcp_reader.load(f"{target}/optimizer_0")
+        assert sorted(os.listdir(f"{target}/pytorch_model_fsdp_0")) == \
+            [".metadata"] + [f"__{r}_0.distcp" for r in range(world)]
+        assert set(model) == {k for k in whole if k.startswith("model.")}
+        assert set(optim) == {k for k in whole if k.startswith("optimizer.") and not any(
+            k.startswith(f"optimizer.param_groups.{n}.") for n in live["fp32"])}
+        for k, v in {**model, **optim}.items():
+            assert torch.equal(v, whole[k]) if isinstance(v, torch.Tensor) else v == whole[k], k
+        for md in (mmd, omd):
+            for index, st in md.storage_data.items():
+                meta_ = md.state_dict_metadata[index.fqn]
+                if type(meta_).__name__ == "BytesStorageMetadata" or len(meta_.size) == 0:
+                    assert st.relative_path == "__0_0.distcp"
+                    continue
+                rows = meta_.size[0]
+                each = -(-rows // world)
+                rank = index.offset[0] // each
+                assert st.relative_path == f"__{rank}_0.distcp", (index.fqn, index.offset)
+                assert index.offset[0] == rank * each
+
+
+def read_safetensors(path):
+    import struct
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        out[k] = torch.frombuffer(bytearray(data[8 + n + b:8 + n + e]), dtype=dtypes[v["dtype"]]).reshape(v["shape"])
+    return out
+
+
+@pytest.mark.parametrize("name", ["z2_ws2_fp32_pg2", "z3_ws2_bf16_pg2", "z1_ws2_fp32_pg2_rr"])
+def test_torch_layout_loads_into_a_plain_torch_optimizer(name):
+    """layouts/torch/: model.safetensors holds the fp32 masters and optimizer.pt is what a torch
+    AdamW over the same parameters, in DeepSpeed's group order, takes with load_state_dict."""
+    info, live, src = dcp_at(name)
+    with mount(src) as m:
+        target = f"{m}/layouts/torch"
+        weights = read_safetensors(f"{target}/model.safetensors")
+        for n, t in live["fp32"].items():
+            assert torch.equal(weights[n], t), n
+        # torch 1.13's weights-only unpickler lacks BINFLOAT (a real optimizer.pt's lr): 2.x has it.
+        osd = torch.load(f"{target}/optimizer.pt", weights_only=not torch.__version__.startswith("1."))
+        params = {n: torch.nn.Parameter(t.clone()) for n, t in live["fp32"].items()}
+        groups = [{"params": [params[n] for n in names]} for names in info["param_group_names"]]
+        opt = torch.optim.AdamW(groups)
+        opt.load_state_dict(osd)
+        for g, names in enumerate(info["param_group_names"]):
+            assert opt.param_groups[g]["lr"] == osd["param_groups"][g]["lr"]
+            for n in names:
+                st = opt.state[params[n]]
+                assert torch.equal(st["exp_avg"], live["exp_avg"][n]), n
+                assert torch.equal(st["exp_avg_sq"], live["exp_avg_sq"][n]), n
+                assert float(st["step"]) == float(info["steps"])
+        assert "latest" not in os.listdir(target) and "zero_to_fp32.py" not in os.listdir(target)

@@ -10,8 +10,10 @@
 #include <set>
 #include <sstream>
 
+#include "zeromount/ds/torch_state.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/files/layout_files.h"
+#include "zeromount/view/files/torch_layouts.h"
 #include "zeromount/view/memo.h"
 #include "zeromount/view/provider.h"
 #include "zeromount/view/view_options.h"
@@ -83,18 +85,22 @@ class RankFiles final : public LazyDir {
 class Targets final : public LazyDir {
  public:
   Targets(std::vector<const MountedTag*> tags, std::vector<std::string> listed, const CheckpointFolder* folder,
-          bool has_latest, struct timespec mtime)
-      : tags_(std::move(tags)), listed_(std::move(listed)), folder_(folder), has_latest_(has_latest), mtime_(mtime) {}
+          bool has_latest, uint64_t max_shard_bytes, struct timespec mtime)
+      : tags_(std::move(tags)),
+        listed_(std::move(listed)),
+        folder_(folder),
+        has_latest_(has_latest),
+        max_shard_bytes_(max_shard_bytes),
+        mtime_(mtime) {}
 
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
+    if (const auto torch = parse_torch_layout(name)) return make_torch(tree, dir, name, *torch);
     const auto target = ds::parse_target(name);
     if (!target) return 0;  // one layout, one name: every other spelling is ENOENT
     try {                   // every tag must be presentable at the target, or the target is refused
       plans_->check(tags_, *target);
     } catch (const Error& e) {
-      if (refused_.size() >= 1024) refused_.clear();  // bounded: anyone may look up any valid name
-      if (refused_.insert(std::string(name)).second) spdlog::error("layouts/{}: {}", name, e.what());
-      folder_->refuse_entry(tree.get(dir)->name + "/" + std::string(name), e.what());
+      refuse(tree, dir, name, e.what());
       return 0;
     }
     const uint64_t d = tree.add_dir(dir, std::string(name), mtime_, false);
@@ -131,6 +137,7 @@ class Targets final : public LazyDir {
     for (const auto& [name, ino] : tree.get(dir)->folder().by_name)
       if (tree.get(ino)->is_dir()) made.emplace_back(name, ino);
     for (const auto& [name, ino] : made) {
+      if (!ds::parse_target(name)) continue;  // a torch layout is of the tag `latest` named when made
       try {
         const ds::TargetLayout target = *ds::parse_target(name);
         plans_->get(tag, target);  // refused here if the tag cannot be shown at this target
@@ -142,6 +149,29 @@ class Targets final : public LazyDir {
   }
 
  private:
+  void refuse(Tree& tree, uint64_t dir, std::string_view name, const std::string& why) const {
+    if (refused_.size() >= 1024) refused_.clear();  // bounded: anyone may look up any valid name
+    if (refused_.insert(std::string(name)).second) spdlog::error("layouts/{}: {}", name, why);
+    folder_->refuse_entry(tree.get(dir)->name + "/" + std::string(name), why);
+  }
+
+  // fsdp-dp<W>, torch: a checkpoint folder of torch's own formats, of the tag `latest` names.
+  uint64_t make_torch(Tree& tree, uint64_t dir, std::string_view name, TorchLayout layout) const {
+    if (tags_.empty()) return 0;
+    const MountedTag* own = tags_.back();
+    if (const auto latest = folder_->latest_tag())
+      for (const MountedTag* t : tags_)
+        if (t->index->tag == *latest) own = t;
+    if (const std::string why = ds::torch_state_refusal(*own->index); !why.empty()) {
+      refuse(tree, dir, name, own->index->tag + ": " + why);
+      return 0;
+    }
+    const uint64_t d = tree.add_dir(dir, std::string(name), mtime_, false);
+    copy_real_entries(tree, *folder_, d, torch_layout_keeps);
+    add_torch_layout(tree, d, *own, layout, max_shard_bytes_, mtime_);
+    return d;
+  }
+
   void add_tag_dir(Tree& tree, uint64_t target_dir, const MountedTag& tag, const ds::TargetLayout& target) const {
     const uint64_t tag_dir = tree.add_dir(target_dir, tag.index->tag, mtime_);
     tree.set_lazy(tag_dir, std::make_shared<RankFiles>(plans_, tag, target, mtime_));
@@ -151,6 +181,7 @@ class Targets final : public LazyDir {
   std::vector<std::string> listed_;
   const CheckpointFolder* folder_;
   bool has_latest_;  // the folder has a `latest`, which every target shows
+  uint64_t max_shard_bytes_;
   struct timespec mtime_;
   mutable std::set<std::string> refused_;  // make() runs under the tree's exclusive lock
   std::shared_ptr<const Plans> plans_ = std::make_shared<const Plans>();
@@ -179,7 +210,12 @@ std::string readme(const std::string& dir, const std::string& own, const std::st
     << "                          -rr: round_robin_gradients\n"
     << "  zero2-dp<W>-<p>[-rr]    ZeRO-2\n"
     << "  zero3-dp<W>-<p>[-sg<N>] ZeRO-3, -sg: sub_group_size N (left out at the default 1000000000)\n"
-    << "  bf16opt-dp<W>           BF16_Optimizer (bf16)\n\n"
+    << "  bf16opt-dp<W>           BF16_Optimizer (bf16)\n"
+    << "Without DeepSpeed (README \"Leave DeepSpeed\"), for the tag `latest` names:\n"
+    << "  fsdp-dp<W>              the Trainer and Accelerate under FSDP at W ranks: pytorch_model_fsdp_0/\n"
+    << "                          and optimizer_0/, DCP folders cut where FSDP2 shards (any W loads them)\n"
+    << "  torch                   the plain Trainer: model.safetensors (fp32 masters) and optimizer.pt\n"
+    << "                          (torch's optimizer state_dict); not for pipeline-parallel or AutoEP sources\n\n"
     << "This checkpoint's own layout: " << own << "\n(" << note << ")\n"
     << "Listed here (the own layout and the presets of -o layouts=a,b):";
   for (const auto& n : listed) s << " " << n;
@@ -242,7 +278,8 @@ class LayoutsProvider final : public Provider {
     cx.add_text(dir, "README", readme(o.layouts_dir, own, own_note(*own_tag->index), listed, refused), mtime);
     // `latest` as the folder's own shows it, and its other real files as they are (spec §1.1).
     const bool has_latest = cx.tree().lookup(cx.dir(), "latest") != nullptr;
-    cx.tree().set_lazy(dir, std::make_shared<Targets>(tags, std::move(listed), &cx.folder(), has_latest, mtime));
+    cx.tree().set_lazy(
+        dir, std::make_shared<Targets>(tags, std::move(listed), &cx.folder(), has_latest, o.max_shard_bytes, mtime));
   }
 
  private:
