@@ -12,6 +12,7 @@ import torch
 
 import dcp_reader
 from conftest import FIXTURES, mount
+from test_browse import read_safetensors
 
 # Every source kind of issue 28 item 4 that has a live state: stages, sub-groups, round robin,
 # elastic, BF16_Optimizer, bf16 and fp16 (masters in fp32 keys), frozen parameters and buffers.
@@ -163,21 +164,6 @@ def test_fsdp_layout_is_cut_where_fsdp2_shards_and_holds_the_same_state(name, wo
                 assert index.offset[0] == rank * each
 
 
-def read_safetensors(path):
-    import struct
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        b, e = v["data_offsets"]
-        out[k] = torch.frombuffer(bytearray(data[8 + n + b:8 + n + e]), dtype=dtypes[v["dtype"]]).reshape(v["shape"])
-    return out
-
-
 @pytest.mark.parametrize("name", ["z2_ws2_fp32_pg2", "z3_ws2_bf16_pg2", "z1_ws2_fp32_pg2_rr"])
 def test_torch_layout_loads_into_a_plain_torch_optimizer(name):
     """layouts/torch/: model.safetensors holds the fp32 masters and optimizer.pt is what a torch
@@ -187,7 +173,7 @@ def test_torch_layout_loads_into_a_plain_torch_optimizer(name):
         target = f"{m}/layouts/torch"
         weights = read_safetensors(f"{target}/model.safetensors")
         for n, t in live["fp32"].items():
-            assert torch.equal(weights[n], t), n
+            assert torch.equal(torch.from_numpy(weights[n].copy()), t), n
         # torch 1.13's weights-only unpickler lacks BINFLOAT (a real optimizer.pt's lr): 2.x has it.
         osd = torch.load(f"{target}/optimizer.pt", weights_only=not torch.__version__.startswith("1."))
         params = {n: torch.nn.Parameter(t.clone()) for n, t in live["fp32"].items()}

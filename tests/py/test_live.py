@@ -151,3 +151,30 @@ def test_crc_option_makes_zip_tools_accept_made_up_files():
             assert sum(a != b for a, b in zip(data, plain[f])) <= 8 * len(zipfile.ZipFile(f"{m}/{f}").namelist())
         theirs = os.path.join(FIXTURES, SOURCE, "ds_to_universal", f"{TAG}_universal", PARAM)
         assert torch.equal(load(f"{m}/{files[0]}")["param"], load(theirs)["param"])
+
+
+def test_a_keep_last_n_cleanup_leaves_new_layout_targets_working(tmp_path):
+    """Issue 27, item 4: a target looked up after a tag folder is deleted is made of the tags that
+    remain, whether or not the top level was listed since; never an ENOENT for a valid name."""
+    src = copy_source(tmp_path)
+    save(src, "global_step1", tmp_path)
+    with mount(str(src)) as m:
+        assert sorted(os.listdir(f"{m}/layouts/zero2-dp4-fp32")) == ["global_step1", "global_step3", "latest"]
+        shutil.rmtree(src / "global_step1")
+        time.sleep(1.5)  # a rescan period, without listing the top level
+        assert sorted(os.listdir(f"{m}/layouts/zero2-dp8-fp32")) == ["global_step3", "latest"]
+        assert os.path.isdir(f"{m}/layouts/torch") and os.path.isdir(f"{m}/layouts/fsdp-dp3/optimizer_0")
+        os.listdir(m)  # the deletion seen by a rescan: still the same
+        assert sorted(os.listdir(f"{m}/layouts/zero3-dp3-fp32")) == ["global_step3", "latest"]
+        torch.load(f"{m}/layouts/zero2-dp8-fp32/global_step3/zero_pp_rank_7_mp_rank_00_optim_states.pt")
+
+
+def test_a_latest_over_4096_bytes_is_a_plain_file_and_nothing_is_made_from_it(tmp_path):
+    """Issue 27, item 6: one rule at every size."""
+    src = copy_source(tmp_path)
+    (src / "latest").write_bytes(b"global_step3" + b" " * 10_000)
+    with mount(str(src)) as m:
+        assert open(f"{m}/latest", "rb").read() == (src / "latest").read_bytes()
+        assert not os.path.exists(f"{m}/latest_universal")
+        assert os.path.isdir(f"{m}/layouts/zero2-dp2-fp32/{TAG}")
+        assert not os.path.exists(f"{m}/layouts/zero2-dp2-fp32/latest")

@@ -137,7 +137,8 @@ TEST(Folders, ADeletedTagLeavesStatsAndTheTargetsMadeAfterIt) {
   const std::string stats = content_of(*v, at(*v, "/.zeromount/stats"));
   EXPECT_NE(stats.find("tags_served 1\n"), std::string::npos) << stats;
   EXPECT_NE(stats.find("tags_deleted 1\n"), std::string::npos) << stats;
-  EXPECT_EQ(content_of(*v, at(*v, "/.zeromount/errors")).rfind("global_step3: deleted from the source", 0), 0u);
+  // A routine cleanup is counted, not a line of errors (issue 27: a keep-last-N run grew it forever).
+  EXPECT_EQ(content_of(*v, at(*v, "/.zeromount/errors")).find("global_step3"), std::string::npos);
   // A target not looked up before resolves with the tags that remain.
   ASSERT_NE(find(*v, "/layouts/zero3-dp8-fp32"), nullptr);
   EXPECT_EQ(names(*v, "/layouts/zero3-dp8-fp32"), (std::vector<std::string>{"latest", "global_step5"}));

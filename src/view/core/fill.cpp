@@ -44,6 +44,15 @@ std::vector<RealEntry> list_real(const std::string& dir, const std::string& skip
   return out;
 }
 
+// Whether the real folder `real` was made after the mount (`loaded_at`, 0 while loading): a
+// Trainer's checkpoint-N/ saved into a mounted run folder, whose tags count as saved after the mount.
+bool made_after_mount(const std::string& real, struct timespec loaded_at) {
+  struct stat st {};
+  if (loaded_at.tv_sec == 0 || ::stat(real.c_str(), &st) != 0) return false;
+  return st.st_ctim.tv_sec > loaded_at.tv_sec ||
+         (st.st_ctim.tv_sec == loaded_at.tv_sec && st.st_ctim.tv_nsec > loaded_at.tv_nsec);
+}
+
 }  // namespace
 
 uint64_t View::add_latest(Tree& tree, const Folder& f, struct timespec mtime) const {
@@ -266,7 +275,7 @@ void View::fill(const Inode& node, const ds::CheckpointDir* scanned) const {
     g.folders.emplace(f.node, std::move(made));
     g.order.push_back(&f);
   }
-  index_new_tags(f, tags, false);
+  index_new_tags(f, tags, made_after_mount(dir.real, growth_->loaded_at));
   f.last_scan = Clock::now();
   {
     const std::optional<std::string> text = f.own_tag.empty() ? ds::read_latest(f.real) : std::optional(f.own_tag);

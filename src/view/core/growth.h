@@ -78,6 +78,9 @@ struct View::Growth {
   std::map<uint64_t, std::unique_ptr<Folder>> folders;  // by the inode of the real folder
   std::vector<const Folder*> order;                     // in the order they were filled
   size_t tags_after_mount = 0, tags_deleted = 0, cache_hits = 0;
+  // When View::load ended (wall clock, as file times are): a checkpoint folder made after it (a
+  // Trainer's new checkpoint-N/) holds tags saved after the mount, though it is filled as new.
+  struct timespec loaded_at {};
   std::map<std::pair<uid_t, int>, std::unique_ptr<ReaderCount>> readers;  // by opening user and process
 };
 

@@ -57,6 +57,7 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   v->stats_.nodes = tree.size();
   v->stats_.shards = v->files_.size();
   v->stats_.index_seconds = std::chrono::duration<double>(t1 - t0).count();
+  clock_gettime(CLOCK_REALTIME, &v->growth_->loaded_at);
   return v;
 }
 

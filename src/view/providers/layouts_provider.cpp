@@ -97,8 +97,9 @@ class Targets final : public LazyDir {
     if (const auto torch = parse_torch_layout(name)) return make_torch(tree, dir, name, *torch);
     const auto target = ds::parse_target(name);
     if (!target) return 0;  // one layout, one name: every other spelling is ENOENT
-    try {                   // every tag must be presentable at the target, or the target is refused
-      plans_->check(tags_, *target);
+    const std::vector<const MountedTag*> tags = present();
+    try {  // every tag must be presentable at the target, or the target is refused
+      plans_->check(tags, *target);
     } catch (const Error& e) {
       refuse(tree, dir, name, e.what());
       return 0;
@@ -112,7 +113,7 @@ class Targets final : public LazyDir {
           tree, d, "latest", [folder] { return folder->latest_text(); }, mtime_);
     }
     copy_real_entries(tree, *folder_, d, [](const Inode& n) { return n.name != "latest"; });
-    for (const MountedTag* t : tags_) add_tag_dir(tree, d, *t, *target);
+    for (const MountedTag* t : tags) add_tag_dir(tree, d, *t, *target);
     return d;
   }
   uint64_t listed() const override { return listed_.size(); }
@@ -149,6 +150,18 @@ class Targets final : public LazyDir {
   }
 
  private:
+  // The tags whose folders are still there. A keep-last-N cleanup deletes tag folders between two
+  // rescans, and a target made from a deleted tag would fail on its files: a valid name would get
+  // an ENOENT that the kernel then keeps (issue 27). A target is made of the tags that remain.
+  std::vector<const MountedTag*> present() const {
+    std::vector<const MountedTag*> out;
+    for (const MountedTag* t : tags_) {
+      std::error_code ec;
+      if (fs::exists(t->index->dir, ec)) out.push_back(t);
+    }
+    return out;
+  }
+
   void refuse(Tree& tree, uint64_t dir, std::string_view name, const std::string& why) const {
     if (refused_.size() >= 1024) refused_.clear();  // bounded: anyone may look up any valid name
     if (refused_.insert(std::string(name)).second) spdlog::error("layouts/{}: {}", name, why);
@@ -157,10 +170,11 @@ class Targets final : public LazyDir {
 
   // fsdp-dp<W>, torch: a checkpoint folder of torch's own formats, of the tag `latest` names.
   uint64_t make_torch(Tree& tree, uint64_t dir, std::string_view name, TorchLayout layout) const {
-    if (tags_.empty()) return 0;
-    const MountedTag* own = tags_.back();
+    const std::vector<const MountedTag*> tags = present();
+    if (tags.empty()) return 0;
+    const MountedTag* own = tags.back();
     if (const auto latest = folder_->latest_tag())
-      for (const MountedTag* t : tags_)
+      for (const MountedTag* t : tags)
         if (t->index->tag == *latest) own = t;
     if (const std::string why = ds::torch_state_refusal(*own->index); !why.empty()) {
       refuse(tree, dir, name, own->index->tag + ": " + why);
@@ -277,7 +291,10 @@ class LayoutsProvider final : public Provider {
     if (!dir) return;  // a real SRC/layouts wins (ProviderContext logged it); -o layouts_dir=NAME
     cx.add_text(dir, "README", readme(o.layouts_dir, own, own_note(*own_tag->index), listed, refused), mtime);
     // `latest` as the folder's own shows it, and its other real files as they are (spec §1.1).
-    const bool has_latest = cx.tree().lookup(cx.dir(), "latest") != nullptr;
+    // Only a `latest` DeepSpeed could have written (a live one, kLatestMaxBytes at most) is carried:
+    // one over that is any other file, shown as is, and nothing is made from it.
+    const Inode* latest = cx.tree().lookup(cx.dir(), "latest");
+    const bool has_latest = latest && latest->is_live();
     cx.tree().set_lazy(
         dir, std::make_shared<Targets>(tags, std::move(listed), &cx.folder(), has_latest, o.max_shard_bytes, mtime));
   }
