@@ -222,6 +222,8 @@ int mount(const MountOptions& o) {
   vo.crc = o.crc;
   vo.report = o.report;
   vo.max_shard_bytes = o.max_shard_bytes;
+  // A bad -o option is a usage error now, before the checkpoint is indexed (which may take long).
+  if (const std::string why = fuse::option_problem(o.fuse_opts); !why.empty()) throw UsageError(why);
   vo.mount_point = mountpoint;
   ds::fence_mount(mountpoint);  // no link SRC holds is ever followed into the mount itself
   auto view = view::View::load(o.source, vo);
@@ -249,12 +251,16 @@ int mount(const MountOptions& o) {
   cfg.options = o.fuse_opts;
   cfg.threads = o.threads;
   cfg.debug = o.debug;
+  // A run folder (a Trainer's output_dir) has no tags of its own: its checkpoint folders are filled
+  // when first listed, so counts of tags would say nothing yet.
   const std::string summary =
-      fmt::format(
-          "mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed in {:.3f} s ({} "
-          "from cache)",
-          o.source, mountpoint, s.tags, s.params, s.files, s.shards, pt::human_bytes(s.state_bytes), s.index_seconds,
-          s.cache_hits) +
+      (s.tags == 0 && s.refused_tags == 0 && s.folders > 0
+           ? fmt::format("mounted {} on {}: a folder of {} checkpoint or run folder(s), each filled when first used",
+                         o.source, mountpoint, s.folders)
+           : fmt::format("mounted {} on {}: {} tag(s), {} params, {} files, {} shards, {} of optimizer state; indexed "
+                         "in {:.3f} s ({} from cache)",
+                         o.source, mountpoint, s.tags, s.params, s.files, s.shards, pt::human_bytes(s.state_bytes),
+                         s.index_seconds, s.cache_hits)) +
       (s.refused_tags ? fmt::format("; {} tag(s) not served, see {}/.zeromount/errors", s.refused_tags, mountpoint)
                       : "");
 

@@ -460,22 +460,62 @@ class Reaper {
 
 }  // namespace
 
-int serve(const view::View& v, const MountConfig& cfg, const std::function<void(const std::string&)>& mounted) {
-  std::vector<std::string> argv_s{"zeromount"};
-  if (cfg.debug) argv_s.push_back("-d");
-  // max_read must match what init() asks for, or libfuse refuses the session.
-  std::string opts = "ro,default_permissions,max_read=" + std::to_string(view::kRequestBytes) +
-                     ",subtype=zeromount,fsname=" + cfg.fsname;
-  for (const auto& o : cfg.options) opts += "," + o;
-  argv_s.push_back("-o");
-  argv_s.push_back(opts);
+namespace {
+
+// The arguments a session is made with: ours first, then the user's -o options.
+struct SessionArgs {
+  SessionArgs(const std::vector<std::string>& options, const std::string& fsname, bool debug) {
+    strings.push_back("zeromount");
+    if (debug) strings.push_back("-d");
+    // max_read must match what init() asks for, or libfuse refuses the session.
+    std::string opts = "ro,default_permissions,max_read=" + std::to_string(view::kRequestBytes) +
+                       ",subtype=zeromount,fsname=" + fsname;
+    for (const auto& o : options) opts += "," + o;
+    strings.push_back("-o");
+    strings.push_back(opts);
+    for (auto& s : strings) argv.push_back(s.data());
+    args = FUSE_ARGS_INIT(int(argv.size()), argv.data());
+  }
+  ~SessionArgs() { fuse_opt_free_args(&args); }
+  std::vector<std::string> strings;
   std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  fuse_args args = FUSE_ARGS_INIT(int(argv.size()), argv.data());
+  fuse_args args;
+};
+
+std::string g_option_messages;  // option_problem() runs before any thread does
+void collect_libfuse(enum fuse_log_level, const char* fmt, va_list ap) {
+  char buf[1024];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  for (const char* c = buf; *c; ++c) g_option_messages += *c == '\n' ? ' ' : *c;
+}
+
+}  // namespace
+
+std::string option_problem(const std::vector<std::string>& options) {
+  for (const auto& o : options)
+    if (o.starts_with("max_read="))  // the kernel's requests must match the view's buffers
+      return "-o " + o + ": zeromount sets max_read itself (" + std::to_string(view::kRequestBytes) + ")";
+  SessionArgs a(options, "check", false);
+  const fuse_lowlevel_ops ops = make_ops();
+  g_option_messages.clear();
+  fuse_set_log_func(collect_libfuse);
+  fuse_session* se = fuse_session_new(&a.args, &ops, sizeof ops, nullptr);
+  fuse_set_log_func(log_from_libfuse);
+  if (se) {
+    fuse_session_destroy(se);
+    return "";
+  }
+  std::string why = g_option_messages;
+  while (!why.empty() && why.back() == ' ') why.pop_back();
+  return why.empty() ? "libfuse refuses these -o options" : "libfuse: " + why;
+}
+
+int serve(const view::View& v, const MountConfig& cfg, const std::function<void(const std::string&)>& mounted) {
+  SessionArgs a(cfg.options, cfg.fsname, cfg.debug);
   Context context{&v};
   const fuse_lowlevel_ops ops = make_ops();
   fuse_set_log_func(log_from_libfuse);
-  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &context);
+  fuse_session* se = fuse_session_new(&a.args, &ops, sizeof ops, &context);
   if (!se) {
     mounted("cannot create a FUSE session (bad -o option?)" + because());
     return 1;

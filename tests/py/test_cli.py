@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 import torch
@@ -409,3 +410,34 @@ def test_a_relative_log_file_is_the_callers(tmp_path):
     finally:
         unmount(str(mnt))
     assert (tmp_path / "zm.log").exists() and not os.path.exists("/zm.log")
+
+
+def test_fuse_options_are_checked_before_indexing(tmp_path):
+    """Issue 27, item 9: an option libfuse refuses is a usage error (exit 2) on one line, and
+    max_read, which zeromount sets itself, is refused with why."""
+    (tmp_path / "m").mkdir()
+    m = str(tmp_path / "m")
+    r = refused(m, SRC, m, "-o", "bogus_option")
+    assert r.returncode == 2 and "bogus_option" in r.stderr, r.stderr
+    assert len([x for x in r.stderr.splitlines() if "zeromount:" in x]) == 1, r.stderr
+    r = refused(m, SRC, m, "-o", "max_read=4096")
+    assert r.returncode == 2 and "max_read" in r.stderr and "Connection refused" not in r.stderr, r.stderr
+
+
+def test_a_run_folder_mount_says_what_it_is(tmp_path):
+    mnt = tmp_path / "m"
+    mnt.mkdir()
+    log = tmp_path / "zm.log"
+    run_folder = os.path.join(FIXTURES, "hf", "gpt2_z2", "run")
+    p = subprocess.Popen([ZEROMOUNT, run_folder, str(mnt), "-f"], stderr=open(log, "w"))
+    try:
+        for _ in range(100):
+            if "mounted" in log.read_text():
+                break
+            time.sleep(0.05)
+        text = log.read_text()
+        assert "a folder of 2 checkpoint or run folder(s), each filled when first used" in text, text
+        assert "0 tag(s)" not in text
+    finally:
+        unmount(str(mnt))
+        p.wait(timeout=30)

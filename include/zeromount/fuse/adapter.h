@@ -17,6 +17,10 @@ struct MountConfig {
   bool debug = false;
 };
 
+// Why libfuse would refuse these -o options (its own words, on one line), or "" when it takes
+// them: asked before the checkpoint is indexed, so that a typo is a usage error at once.
+std::string option_problem(const std::vector<std::string>& options);
+
 // Mounts, calls `mounted` (with an error message, empty on success) once the kernel has the mount,
 // then serves until unmounted or signalled. Returns 0 on a clean unmount.
 int serve(const view::View& v, const MountConfig& cfg, const std::function<void(const std::string&)>& mounted);

@@ -108,6 +108,11 @@ void View::mirror(const Folder* f, const std::string& real_dir, uint64_t dir) co
       } else if (S_ISREG(st.st_mode)) {
         add_real_file(tree, files_, dir, e.name, e.path);
         real_bytes_ += uint64_t(st.st_size);
+      } else {  // a read-only view of files serves no FIFO, socket or device: say so once
+        spdlog::info("{}: not shown: {}", e.path,
+                     S_ISFIFO(st.st_mode)   ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "a device");
       }
     } catch (const Error& err) {
       spdlog::warn("{}: not shown: {}", e.path, err.what());
