@@ -17,6 +17,7 @@
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/export.h"
+#include "zeromount/view/files/layout_files.h"
 #include "zeromount/view/view.h"
 
 namespace zm::test {
@@ -345,6 +346,19 @@ INSTANTIATE_TEST_SUITE_P(Resaved, FakeEqualsResaved, ::testing::ValuesIn(kResave
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
 });
+
+// Issue 29: the plans of one tag share one decoded model-state pickle, not one copy each.
+TEST(LayoutsView, PlansOfOneTagShareOneDecodedSource) {
+  auto v = View::load(kFixtures + "/z3_ws2_fp32_pg2/checkpoint");
+  const uint64_t before = view::layout_source_decodes();
+  for (int w = 2; w <= 9; ++w) {
+    const std::string target = "/layouts/zero3-dp" + std::to_string(w) + "-fp32/" + kTag;
+    const Inode* dir = find(*v, target);
+    ASSERT_NE(dir, nullptr) << target;
+    EXPECT_FALSE(listing(*v, *dir).empty());
+  }
+  EXPECT_EQ(view::layout_source_decodes() - before, 1u) << "8 plans, one decoded source";
+}
 
 TEST(LayoutsView, NamesListingAndPresets) {
   view::ViewOptions o;

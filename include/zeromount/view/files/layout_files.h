@@ -20,6 +20,10 @@
 
 namespace zm::view {
 
+// How many model-state pickles layouts have decoded so far: the plans of one tag share one while
+// any of them is alive (the unit tests count them).
+uint64_t layout_source_decodes();
+
 // One (source tag, target) pair: the plan is made once, O(params); rank files are built on demand.
 class LayoutTag {
  public:
@@ -63,7 +67,7 @@ class LayoutTag {
   // The source's model-state pickle, loaded once (source_model): before options_, which the
   // constructor may read from it.
   mutable std::once_flag loaded_;
-  mutable std::unique_ptr<pt::PtFile> model_;
+  mutable std::shared_ptr<const pt::PtFile> model_;  // shared by every plan of the tag (shared_source)
   mutable std::vector<ds::PlainTensor> frozen_;
   ds::SourceOptions options_;
   ds::PartitionPlan plan_;
