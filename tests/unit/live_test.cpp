@@ -251,5 +251,43 @@ TEST(LiveFolderConcurrency, TagsAppearWhileEightThreadsRead) {
   EXPECT_EQ(content_of(*v, at(*v, "/latest")), "global_step8");
 }
 
+// A keep-last-N run: tags saved and deleted while readers list the folder and look up layout
+// targets, so rescans run during listings (issue 31; ThreadSanitizer in CI). Every target made
+// resolves, and is made of tags that are still there.
+TEST(LiveFolderConcurrency, RescansDuringListingsWhileTagsComeAndGo) {
+  LiveFolder f;
+  auto v = f.mount();
+  std::atomic<bool> done{false};
+  std::atomic<size_t> missing{0}, lists{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t)
+    readers.emplace_back([&, t] {
+      for (unsigned k = 0; !done; ++k) {
+        const view::Inode& root = *v->tree().get(view::Tree::kRoot);
+        for (auto e = v->dir_entry(root, 0); e; e = v->dir_entry(root, e->next)) {
+        }
+        const std::string target = "/layouts/zero2-dp" + std::to_string(2 + (k * 4 + t) % 60) + "-fp32";
+        missing += find(*v, target) == nullptr;
+        ++lists;
+      }
+    });
+  std::string error;
+  try {
+    for (int s = 5; s < 12; ++s) {
+      f.save("global_step" + std::to_string(s));
+      test::write_file(f.src + "/latest", "global_step" + std::to_string(s));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (s > 5) fs::remove_all(f.src + "/global_step" + std::to_string(s - 1));  // keep the last (and the first)
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  done = true;
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(missing, 0u) << "a valid target name was refused while tags came and went";
+  EXPECT_GT(lists, 4u);
+}
+
 }  // namespace
 }  // namespace zm

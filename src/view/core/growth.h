@@ -3,6 +3,26 @@
 // the real folders it has filled, the tags each serves (appended only), what each `latest` shows,
 // the refused and deleted tags, the read counters. Private to view.cpp (the load and the policy),
 // fill.cpp (making a real folder's entries) and growth.cpp (everything after).
+//
+// Lock order (as EdenFS's InodeLocks.md writes it down): a thread takes these only downward, never
+// one above a lock it holds. Each line says what may be taken while holding it.
+//   Growth::fill_mu      one fill at a time. Under it: Folder::scan_mu, Tree::mu_ (append),
+//                        Growth::mu, Folder::mu.
+//   Folder::scan_mu      one rescan (or fill) of a folder: indexing, then appending. Under it:
+//                        Tree::mu_ (exclusive, Tree::append), Growth::mu, Folder::mu, and what
+//                        indexing takes (the index cache's files; no view lock).
+//   Tree::mu_            the tree (shared for lookups, exclusive for appends and LazyDir::make).
+//                        Under it, exclusive: Folder::mu (is_tag, refuse_entry), Growth::mu,
+//                        a LazyDir's plans (Memo::mu_, then the plan's own work: the shared
+//                        source of layout_files.cpp, FileTable). Never scan_mu or fill_mu: a
+//                        lookup does not rescan under the tree's lock (View::refresh runs first).
+//   Growth::mu           the folder map, counters, readers. Under it: nothing but Folder::mu
+//                        in stats_text/errors_text (one at a time).
+//   Folder::mu           a folder's tag sets and latest. A leaf.
+//   View::cache_mu_, FileTable::table_mu_ then FileTable::mu_, Memo::mu_: leaves (Memo's is let
+//                        go before its value is computed).
+// tests/unit/view_test.cpp's Concurrency cases run rescans, listings and lookups at once under
+// ThreadSanitizer in CI.
 #include <chrono>
 #include <map>
 #include <memory>
