@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <map>
 
@@ -35,7 +36,12 @@ std::vector<RealEntry> list_real(const std::string& dir, const std::string& skip
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     RealEntry e{it->path().filename().string(), it->path().string()};
-    if (e.path == skip || ::lstat(e.path.c_str(), &e.st) != 0) continue;  // our own mount; gone since listed
+    if (e.path == skip) continue;               // our own mount
+    if (::lstat(e.path.c_str(), &e.st) != 0) {  // gone since listed, or deeper than a path may be
+      if (errno == ENAMETOOLONG)
+        spdlog::warn("{}/{}: not shown: its path is longer than PATH_MAX ({} bytes)", dir, e.name, e.path.size());
+      continue;
+    }
     out.push_back(std::move(e));
   }
   if (ec)  // shown as the kernel would: the folder with its own mode, which says who may list it
