@@ -61,6 +61,8 @@ class Out {
   std::string s;
 };
 
+constexpr uint64_t kDTypes = uint64_t(pt::DType::C128) + 1;  // the last DType
+
 class In {
  public:
   explicit In(const std::string& b) : b_(b) {}
@@ -70,6 +72,13 @@ class In {
     memcpy(&v, b_.data() + at_, 8);
     at_ += 8;
     return v;
+  }
+  // An enum stored as a u64: a value past its last enumerator is a corrupt entry, not a wrapped one.
+  template <typename E>
+  E enumerator(uint64_t count) {
+    const uint64_t v = u64();
+    if (v >= count) throw FormatError("index cache: enum value " + std::to_string(v) + " out of range");
+    return E(v);
   }
   int64_t i64() { return int64_t(u64()); }
   double f64() {
@@ -163,7 +172,7 @@ std::vector<PlainTensor> plain_in(In& in) {
   std::vector<PlainTensor> v(in.count(32));
   for (auto& t : v) {
     t.name = in.str();
-    t.dtype = pt::DType(in.u64() % 12);
+    t.dtype = in.enumerator<pt::DType>(kDTypes);
     t.shape = in.shape();
     t.data.resize(in.count(24));
     for (auto& e : t.data) e = in.extent();
@@ -189,7 +198,7 @@ void scaler_out(Out& o, const LossScaler& ls) {
 
 LossScaler scaler_in(In& in) {
   LossScaler ls;
-  ls.kind = LossScaler::Kind(in.u64() % 3);
+  ls.kind = in.enumerator<LossScaler::Kind>(LossScaler::Dynamic + 1);
   ls.cur_scale = in.f64();
   ls.dynamic = in.u64();
   ls.cur_iter = in.i64();
@@ -201,7 +210,7 @@ LossScaler scaler_in(In& in) {
   ls.cur_hysteresis = in.i64();
   ls.consecutive_hysteresis = in.u64();
   ls.raise_error_at_min_scale = in.u64();
-  ls.dtype = pt::DType(in.u64() % 12);
+  ls.dtype = in.enumerator<pt::DType>(kDTypes);
   return ls;
 }
 
@@ -423,11 +432,11 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   ix->stage = int(in.i64());
   ix->dp = int(in.i64());
   ix->mp = int(in.i64());
-  ix->optimizer = OptimizerClass(in.u64() % 3);
+  ix->optimizer = in.enumerator<OptimizerClass>(uint64_t(OptimizerClass::BF16_Optimizer) + 1);
   ix->bf16_optimizer = in.u64();
-  ix->master_dtype = pt::DType(in.u64() % 12);
-  ix->module_dtype = pt::DType(in.u64() % 12);
-  ix->step_kind = StepValue::Kind(in.u64() % 4);
+  ix->master_dtype = in.enumerator<pt::DType>(kDTypes);
+  ix->module_dtype = in.enumerator<pt::DType>(kDTypes);
+  ix->step_kind = in.enumerator<StepValue::Kind>(StepValue::Float + 1);
   ix->elastic = in.u64();
   ix->loss_scaler = scaler_in(in);
   ix->optim_prefix = in.str();
@@ -454,8 +463,8 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
     group.resize(in.count(56));
     if (group.size() != ix->scalar_names.size()) throw FormatError("index cache: per-group values");
     for (auto& s : group) {
-      s.kind = StepValue::Kind(in.u64() % 4);
-      s.dtype = pt::DType(in.u64() % 12);
+      s.kind = in.enumerator<StepValue::Kind>(StepValue::Float + 1);
+      s.dtype = in.enumerator<pt::DType>(kDTypes);
       s.shape = in.shape();
       s.extent = in.extent();
       s.i = in.i64();
