@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 
+#include "../../src/view/files/report_html.h"  // internal: the pages' axis labels
 #include "helpers.h"
 #include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
@@ -266,6 +267,28 @@ TEST(ReportPages, ARunFolderPageIndexesItsCheckpointsWhenStatNotWhenListed) {
   for (const char* tag : {"checkpoint-2/global_step2", "checkpoint-4/global_step4"})
     EXPECT_NE(html.find(std::string("<code>") + tag + "</code>"), std::string::npos) << tag;
   EXPECT_NE(content_of(*v, at(*v, "/.zeromount/stats")).find("tags_served 2\n"), std::string::npos);
+}
+
+// Issue 27: a run page's axis said "12.2" at both ends of a line that rose from 12.21 to 12.25.
+TEST(ReportAxis, LabelsTellTheEndsApartInAFixedWidth) {
+  const auto trim = [](std::string s) {
+    s.erase(s.find_last_not_of(' ') + 1);
+    return s.erase(0, std::min(s.find_first_not_of(' '), s.size()));
+  };
+  auto [lo, hi] = view::html::axis_labels(12.21, 12.25, 10);
+  EXPECT_EQ(trim(lo), "12.21");
+  EXPECT_EQ(trim(hi), "12.25");
+  EXPECT_EQ(lo.size(), 10u);
+  std::tie(lo, hi) = view::html::axis_labels(0.5, 1.5, 10);
+  EXPECT_EQ(trim(lo), "0.5");
+  EXPECT_EQ(trim(hi), "1.5");
+  std::tie(lo, hi) = view::html::axis_labels(3.0, 3.0, 10);  // one value: one label
+  EXPECT_EQ(trim(lo), "");
+  EXPECT_EQ(trim(hi), "3");
+  std::tie(lo, hi) = view::html::axis_labels(NAN, NAN, 10);
+  EXPECT_EQ(trim(lo) + trim(hi), "");
+  std::tie(lo, hi) = view::html::axis_labels(1.0000000001, 1.0000000002, 10);  // too close for 10 characters
+  EXPECT_NE(trim(lo), trim(hi));
 }
 
 }  // namespace

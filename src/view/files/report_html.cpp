@@ -129,6 +129,26 @@ std::string histogram(const char* css_class, const std::string& what, const Bins
          "</title><path class=\"" + css_class + "\" d=\"" + path + "\"/></svg>";
 }
 
+std::pair<std::string, std::string> axis_labels(double lo, double hi, size_t width) {
+  const auto text = [](double v, int digits) {
+    char b[48];
+    snprintf(b, sizeof b, "%.*g", digits, v);
+    return std::string(b);
+  };
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return {fit("", width), fit("", width)};
+  if (lo == hi) return {fit("", width), fit(text(hi, 3), width)};
+  std::string a, b;
+  for (int digits = 3; digits <= 9; ++digits) {
+    a = text(lo, digits);
+    b = text(hi, digits);
+    if (a.size() > width || b.size() > width) break;  // keep the last labels that fit
+    if (a != b) return {fit(a, width), fit(b, width)};
+  }
+  a = text(lo, 3);
+  b = text(hi, 3);
+  return {fit(a, width), fit(b == a ? "" : b, width)};  // too close to tell apart in `width`: one label
+}
+
 }  // namespace html
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "zeromount/view/files/report.h"
 
@@ -21,6 +22,10 @@ std::string count(uint64_t c, size_t width);
 std::string coord(double v, double limit);
 // A step as the pages print it, 14 characters: "1200", "none" (no step saved).
 std::string step_text(double step);
+// The labels of a chart's axis, bottom (lo) and top (hi), each `width` characters: as few
+// significant digits as tell them apart ("12.21" and "12.25", never "12.2" twice); one label, at the
+// top, when every value is the same; blank where nothing is finite.
+std::pair<std::string, std::string> axis_labels(double lo, double hi, size_t width);
 // Decimal digits of n (at least 1): the width of counts up to n.
 size_t digits(uint64_t n);
 // What a pass cost, as both pages say it: "N bytes (1.2 GiB) read in S s", each number of a fixed

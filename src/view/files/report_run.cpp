@@ -75,15 +75,11 @@ std::string sparkline(Metric m, const std::string& layer, const std::vector<Name
              "\"><title>" + escape(tags[k].path) + " (step " + html::step_text(steps[k]) + "): " + stat_text(p.value) +
              "</title></circle>";
   }
-  const auto label = [](double v) {
-    char b[40];
-    snprintf(b, sizeof b, "%.3g", v);
-    return html::fit(std::isfinite(v) ? b : "", 10);
-  };
+  const auto [bottom, top] = html::axis_labels(lo, hi, 10);
   return "<svg width=\"234\" height=\"40\" viewBox=\"0 0 234 40\"><title>" + escape(kMetricName[m]) + " of " +
          escape(layer) + ": " + stat_text(std::isfinite(lo) ? lo : NAN) + " to " +
-         stat_text(std::isfinite(hi) ? hi : NAN) + "</title><text x=\"50\" y=\"10\" class=\"lg\">" + label(hi) +
-         "</text><text x=\"50\" y=\"38\" class=\"lg\">" + label(lo) +
+         stat_text(std::isfinite(hi) ? hi : NAN) + "</title><text x=\"50\" y=\"10\" class=\"lg\">" + top +
+         "</text><text x=\"50\" y=\"38\" class=\"lg\">" + bottom +
          "</text><line class=\"ax\" x1=\"54.5\" y1=\"2\" x2=\"54.5\" y2=\"38\"/><path class=\"l\" d=\"" + path +
          "\"/>" + marks + "</svg>";
 }
