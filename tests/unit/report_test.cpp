@@ -202,6 +202,12 @@ TEST(ReportPages, HostileValuesKeepTheSizeAndAreShownAsSuch) {
   expect_sizes_known_at_stat(*v, {"/report.html", "/global_step3_params/report.html"});
   const std::string html = content_of(*v, at(*v, "/global_step3_params/report.html"));
   EXPECT_NE(html.find("<span class=\"v b\"> 30</span>"), std::string::npos) << "30 NaN of fc1.bias, in red";
+  // fc1 holds NaN and inf, but a finite norm too: its bar is red at that height, not a full one.
+  const size_t title = html.find("<title>fc1: ");
+  ASSERT_NE(title, std::string::npos);
+  const std::string rect = html.substr(html.rfind("<rect", title), title - html.rfind("<rect", title));
+  EXPECT_NE(rect.find("class=\"b\""), std::string::npos) << rect;
+  EXPECT_EQ(rect.find("height=\"100.0\""), std::string::npos) << rect;
 }
 
 // Keep-last-N cleanup before anyone looked: the page is sized from what was kept (the model-state

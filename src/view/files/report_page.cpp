@@ -95,16 +95,19 @@ std::string layer_chart(const std::vector<LayerFigures>& layers, const char* wha
     const Stats& s = of_update ? f->layers[k].update : f->layers[k].weights;
     return s.nan + s.inf > 0 || !std::isfinite(value(k));
   };
+  // A layer with some values that are not finite still has the norm of its finite ones: its bar
+  // shows that height, in red; only a layer with no finite value at all is a full red bar (one
+  // NaN used to hide a layer's norm behind a full-height bar: issue 27).
   double most = 0;
   for (size_t k = 0; k < layers.size(); ++k)
-    if (!bad(k)) most = std::max(most, value(k));
+    if (std::isfinite(value(k))) most = std::max(most, value(k));
   const size_t width = std::max<size_t>(slot * layers.size(), 200);
   std::string o = "<figure><svg width=\"" + std::to_string(width) + "\" height=\"104\" viewBox=\"0 0 " +
                   std::to_string(width) + " 104\"><line class=\"ax\" x1=\"0\" y1=\"100.5\" x2=\"" +
                   std::to_string(width) + "\" y2=\"100.5\"/>";
   for (size_t k = 0; k < layers.size(); ++k) {
     const double v = value(k);
-    const double h = bad(k) ? kHeight : most > 0 ? std::max(1.0, kHeight * v / most) : 0;
+    const double h = !std::isfinite(v) ? kHeight : most > 0 ? std::max(1.0, kHeight * v / most) : 0;
     o += "<rect x=\"" + std::to_string(k * slot) + "\" y=\"" + coord(kHeight - h, kHeight) + "\" width=\"" +
          std::to_string(std::max<size_t>(slot - 1, 2)) + "\" height=\"" + coord(h, kHeight) + "\" class=\"" +
          html::flag(bad(k)) + "\"><title>" + escape(layers[k].name) + ": " + stat_text(v) + "</title></rect>";
