@@ -116,7 +116,9 @@ def job(rank, kind, folder, floor_dir, result):
     model, opt = build(rank)
     msd, osd = get_state_dict(model, opt)
     if kind == "floor":  # torch's own save of the live state, then a fresh load of it
-        full_m = {**lv["fp32"], **lv["frozen"], **lv["buffers"]}
+        # The FSDP2 model is fp32; a 16-bit run's frozen parameter and buffer are cast as a load's
+        # copy_ casts them (gloo scatters no bf16).
+        full_m = {n: t.float() for n, t in {**lv["fp32"], **lv["frozen"], **lv["buffers"]}.items()}
         full_o = {"state": {n: {"step": torch.tensor(float(inf["steps"])), "exp_avg": lv["exp_avg"][n],
                                 "exp_avg_sq": lv["exp_avg_sq"][n]} for n in lv["fp32"]},
                   "param_groups": [{**{k: v for k, v in g.items() if k != "params"},
