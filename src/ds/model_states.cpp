@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/shard_names.h"
@@ -123,13 +124,14 @@ std::vector<StepValue> read_scalars(const TagIndex& index, const Field* state, u
 
 namespace {
 
-bool is_listed(const TagIndex& index, const std::string& name) {
-  if (index.find(name)) return true;
-  for (const auto& b : index.buffers)
-    if (b.name == name) return true;
-  for (const auto& [alias, canon] : index.shared)
-    if (alias == name) return true;
-  return false;
+// The names the index holds (parameters, buffers, tied aliases), for one membership test per
+// module entry: a scan of the parameters per entry made a ZeRO-2 index O(params^2) (issue 29).
+std::unordered_set<std::string_view> listed_names(const TagIndex& index) {
+  std::unordered_set<std::string_view> names;
+  for (const auto& p : index.params) names.insert(p.name);
+  for (const auto& b : index.buffers) names.insert(b.name);
+  for (const auto& [alias, canon] : index.shared) names.insert(alias);
+  return names;
 }
 
 PlainTensor whole_tensor(const Field& t, uint32_t shard, const std::string& name, const std::string& what) {
@@ -162,8 +164,9 @@ void read_module(TagIndex& index, const OpenShard& model, bool full_weights, con
     index.module_weights.push_back(whole_tensor(t, model.id, p.name, "module weight"));
   }
   if (!full_weights) return;
+  const auto listed = listed_names(index);
   for (const auto& [name, t] : module->items())
-    if (!is_listed(index, name)) index.module_frozen.push_back(whole_tensor(t, model.id, name, "frozen parameter"));
+    if (!listed.count(name)) index.module_frozen.push_back(whole_tensor(t, model.id, name, "frozen parameter"));
 }
 
 std::vector<size_t> module_order(const TagIndex& index) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/inspect.h"
@@ -253,11 +254,17 @@ std::shared_ptr<const ChangeFigures> change_figures(const MountedTag& prev, cons
     std::map<std::string, size_t> before_in;  // parameters per layer in `prev`
     for (const ds::Param& q : prev.index->params) ++before_in[layer_of(q.name)];
     out->comparable.assign(layers.size(), true);
+    std::unordered_map<std::string_view, const ds::Param*> in_prev;  // one lookup per parameter, not a scan
+    for (const ds::Param& q : prev.index->params) in_prev.emplace(q.name, &q);
+    const auto prev_param = [&](const std::string& name) -> const ds::Param* {
+      auto it = in_prev.find(name);
+      return it == in_prev.end() ? nullptr : it->second;
+    };
     for (size_t l = 0; l < layers.size(); ++l) {
       auto it = before_in.find(layers[l].name);
       bool alike = it != before_in.end() && it->second == layers[l].params.size();
       for (size_t k : layers[l].params) {
-        const ds::Param* q = prev.index->find(next.index->params[k].name);
+        const ds::Param* q = prev_param(next.index->params[k].name);
         alike = alike && q && q->shape == next.index->params[k].shape;
       }
       out->comparable[l] = alike;
@@ -267,7 +274,7 @@ std::shared_ptr<const ChangeFigures> change_figures(const MountedTag& prev, cons
       for (size_t k : layers[l].params) {
         if (!out->comparable[l]) break;
         const ds::Param& p = next.index->params[k];
-        const ds::Param* q = prev.index->find(p.name);
+        const ds::Param* q = prev_param(p.name);
         StateReader now(next, p, {0}), before(prev, *q, {0});
         while (const size_t n = now.next(src, a)) {
           if (before.next(src, b) != n) throw Error(p.name + ": the two tags' weights differ in length", EIO);
