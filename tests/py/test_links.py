@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import time
 
-
 from conftest import ZEROMOUNT, mount, unmount
 from test_field import TAG, USER, as_root, read_as, second_user, world_readable_copy
 
