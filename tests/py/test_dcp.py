@@ -6,6 +6,7 @@ oracle from the engine), its param group names (meta/train.json) and DeepSpeed's
 (ds_to_universal/). Also: a DCP item equals its universal twin in the same mount."""
 import json
 import os
+import subprocess
 
 import pytest
 import torch
@@ -188,3 +189,18 @@ def test_torch_layout_loads_into_a_plain_torch_optimizer(name):
                 assert torch.equal(st["exp_avg_sq"], live["exp_avg_sq"][n]), n
                 assert float(st["step"]) == float(info["steps"])
         assert "latest" not in os.listdir(target) and "zero_to_fp32.py" not in os.listdir(target)
+
+
+def test_a_dcp_folder_too_big_to_plan_is_refused_not_built(tmp_path):
+    """Anyone may look up layouts/fsdp-dp65536: a target whose DCP folders would hold more chunks
+    than a plan may (kMaxDcpChunks) is refused with its reason, and a small W of it still works."""
+    gen = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
+                       "gen_ckpt.py")
+    src = tmp_path / "many"
+    subprocess.run(["/usr/bin/python3", gen, str(src), "--stage", "2", "--dp", "2", "--params", "40000",
+                    "--numel-min", "16", "--numel-max", "128"], check=True, capture_output=True)
+    with mount(str(src)) as m:
+        assert not os.path.exists(f"{m}/layouts/fsdp-dp65536")
+        errors = open(f"{m}/.zeromount/errors").read()
+        assert "layouts/fsdp-dp65536: " in errors and "chunks at 65536 ranks, more than 2000000" in errors, errors
+        assert sorted(os.listdir(f"{m}/layouts/fsdp-dp2/optimizer_0")) == [".metadata", "__0_0.distcp", "__1_0.distcp"]

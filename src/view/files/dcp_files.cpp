@@ -39,9 +39,29 @@ struct Shape {
 
 }  // namespace
 
+uint64_t dcp_chunks(const MountedTag& t, DcpShape shape) {
+  const ds::TagIndex& ix = *t.index;
+  const auto world = uint64_t(std::max(shape.world, 1));
+  const auto cut = [&](const std::vector<int64_t>& dims) {
+    return dims.empty() ? 1 : std::max<uint64_t>(1, std::min<uint64_t>(uint64_t(dims[0]), world));
+  };
+  uint64_t n = 0;
+  if (shape.model)
+    for (const WeightTensor& w : weight_tensors(t, Weights::Master)) n += cut(*w.shape);
+  if (shape.optimizer)
+    for (const ds::Param& p : ix.params)
+      n += cut(p.shape) * std::max<uint64_t>(ix.state_names.size() - 1, 2) + ix.scalar_names.size() + 1;
+  return n;
+}
+
 DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
   const ds::TagIndex& ix = *t.index;
   if (const std::string why = ds::torch_state_refusal(ix); !why.empty()) throw Error(ix.dir + ": " + why, ENOTSUP);
+  if (const uint64_t n = dcp_chunks(t, shape); n > kMaxDcpChunks)
+    throw Error(ix.dir + ": a DCP checkpoint of " + std::to_string(n) + " chunks at " + std::to_string(shape.world) +
+                    " ranks: more than the " + std::to_string(kMaxDcpChunks) +
+                    " a folder may hold here (its plan and .metadata grow with them)",
+                EFBIG);
   const int files = std::max(shape.world, 1);
   pieces_.resize(size_t(files));
   sizes_.assign(size_t(files), 0);

@@ -12,6 +12,7 @@
 
 #include "zeromount/ds/torch_state.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/view/files/dcp_files.h"
 #include "zeromount/view/files/layout_files.h"
 #include "zeromount/view/files/torch_layouts.h"
 #include "zeromount/view/memo.h"
@@ -179,6 +180,17 @@ class Targets final : public LazyDir {
     if (const std::string why = ds::torch_state_refusal(*own->index); !why.empty()) {
       refuse(tree, dir, name, own->index->tag + ": " + why);
       return 0;
+    }
+    if (layout.fsdp_world > 0) {  // its folders' plans grow with the chunks: refuse what is too big
+      DcpShape all;
+      all.world = layout.fsdp_world;
+      if (const uint64_t n = dcp_chunks(*own, all); n > kMaxDcpChunks) {
+        refuse(tree, dir, name,
+               own->index->tag + ": its DCP folders would hold " + std::to_string(n) + " chunks at " +
+                   std::to_string(layout.fsdp_world) + " ranks, more than " + std::to_string(kMaxDcpChunks) +
+                   " (their plans and .metadata grow with them); a smaller W loads at any world size");
+        return 0;
+      }
     }
     const uint64_t d = tree.add_dir(dir, std::string(name), mtime_, false);
     copy_real_entries(tree, *folder_, d, torch_layout_keeps);

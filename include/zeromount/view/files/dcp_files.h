@@ -23,6 +23,13 @@ struct DcpShape {
   auto operator<=>(const DcpShape&) const = default;
 };
 
+// How many chunks a DCP folder of `t` at `shape` holds (each tensor cut in min(rows, world)), and
+// the most one may hold: its `.metadata` and plan grow with that count, and anyone may look up
+// layouts/fsdp-dp65536, so a folder past the bound is refused, never built (a few hundred bytes
+// of plan and metadata per chunk: 2 million chunks are about 1 GiB).
+uint64_t dcp_chunks(const MountedTag& t, DcpShape shape);
+inline constexpr uint64_t kMaxDcpChunks = 2'000'000;
+
 // What one DCP folder holds: its items' chunks, data files and sizes. O(tensors x world) small
 // records; the bytes are laid out only when a data file is opened.
 class DcpPlan {
