@@ -117,7 +117,9 @@ std::string folder_at(const fs::directory_entry& e, const std::string& skip, std
     try {
       path = resolve(path);
     } catch (const Error& err) {
-      if (why) *why = err.what();
+      // A link into the mount is refused aloud; a dangling link or a loop is just a link (the
+      // mirror shows it as one), not a refusal.
+      if (why && err.errno_value() == EDEADLK) *why = err.what();
       return "";
     }
   }

@@ -109,6 +109,8 @@ def test_links_stay_links_and_broken_ones_do_not_refuse_the_mount(tmp_path):
             open(f"{m}/loop").read()
         assert e.value.errno == errno.ELOOP
         assert open(f"{m}/latest.link").read() == open(f"{m}/latest").read()
+        # Only a link into the mount itself is refused aloud (issue 27): these are just links.
+        assert open(f"{m}/.zeromount/errors").read() == ""
 
 
 def test_a_linked_tag_is_named_by_its_link_and_an_alias_is_indexed_once(tmp_path):
