@@ -21,15 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string kind_of(mode_t m) {
-  if (S_ISDIR(m)) return "a folder";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  return "not a file";
-}
-
 // By name only: a tag folder's entries are not followed here (a link loop in it must not stop the scan).
 bool holds_optim_states(const fs::path& dir) {
   std::error_code ec;
@@ -74,7 +65,7 @@ std::vector<std::pair<std::string, std::string>> tag_folder_files(const std::str
       files.emplace_back(std::move(name), std::move(path));
     } else if (parse_shard_name(name)) {
       const int err = errno;
-      throw Error(where(it->path().string(), st.st_mode ? "not a regular file (" + kind_of(st.st_mode) + ")"
+      throw Error(where(it->path().string(), st.st_mode ? "not a regular file (" + file_kind_text(st.st_mode) + ")"
                                                         : "cannot be followed: " + std::string(strerror(err))),
                   st.st_mode ? EINVAL : err);
     }

@@ -136,6 +136,16 @@ std::string resolve(const std::string& path) {
   return done;
 }
 
+std::string file_kind_text(mode_t m) {
+  if (S_ISDIR(m)) return "a folder";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a regular file";
+}
+
 std::vector<std::string> folders_to_reach(const std::string& resolved, const std::string& root) {
   std::vector<std::string> out;
   const bool inside = !root.empty() && below(resolved, root);

@@ -4,6 +4,8 @@
 // state), so every link the daemon follows is resolved here, component by component, and a path
 // that lies in the fence (the daemon's mount point and any bind of it) is refused before it is
 // touched.
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -23,5 +25,8 @@ std::string resolve(const std::string& path);
 // `root` when it lies below `root` (SRC's own modes are what guard it in the mount), else every
 // one from "/". A file reached through a link is no more readable in the mount than this allows.
 std::vector<std::string> folders_to_reach(const std::string& resolved, const std::string& root);
+
+// What a file that is not a regular one is, for messages: "a FIFO", "a socket", "a folder", ...
+std::string file_kind_text(mode_t mode);
 
 }  // namespace zm::ds

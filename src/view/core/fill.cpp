@@ -115,10 +115,7 @@ void View::mirror(const Folder* f, const std::string& real_dir, uint64_t dir) co
         add_real_file(tree, files_, dir, e.name, e.path);
         real_bytes_ += uint64_t(st.st_size);
       } else {  // a read-only view of files serves no FIFO, socket or device: say so once
-        spdlog::info("{}: not shown: {}", e.path,
-                     S_ISFIFO(st.st_mode)   ? "a FIFO"
-                     : S_ISSOCK(st.st_mode) ? "a socket"
-                                            : "a device");
+        spdlog::info("{}: not shown: {}", e.path, ds::file_kind_text(st.st_mode));
       }
     } catch (const Error& err) {
       spdlog::warn("{}: not shown: {}", e.path, err.what());

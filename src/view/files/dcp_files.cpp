@@ -31,7 +31,7 @@ uint64_t row_bytes(const std::vector<int64_t>& shape, pt::DType dtype) {
   return pt::numel(std::vector<int64_t>(shape.begin() + 1, shape.end())) * pt::element_size(dtype);
 }
 
-// A tensor of the plan, whole: its type and shape, and whether it has rows to cut.
+// A tensor of the plan, whole: its type and shape.
 struct Shape {
   pt::DType dtype;
   std::vector<int64_t> shape;
