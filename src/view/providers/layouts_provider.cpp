@@ -98,12 +98,21 @@ class Targets final : public LazyDir {
     if (const auto torch = parse_torch_layout(name)) return make_torch(tree, dir, name, *torch);
     const auto target = ds::parse_target(name);
     if (!target) return 0;  // one layout, one name: every other spelling is ENOENT
-    const std::vector<const MountedTag*> tags = present();
-    try {  // every tag must be presentable at the target, or the target is refused
-      plans_->check(tags, *target);
-    } catch (const Error& e) {
-      refuse(tree, dir, name, e.what());
-      return 0;
+    std::vector<const MountedTag*> tags = present();
+    for (;;) {
+      try {  // every tag must be presentable at the target, or the target is refused
+        plans_->check(tags, *target);
+        break;
+      } catch (const Error& e) {
+        // A tag deleted while its plan was made (its files gone mid-read) is left out, and the
+        // target made of the rest: a valid name never gets an ENOENT for a lost tag.
+        if (std::vector<const MountedTag*> now = present(); now.size() < tags.size()) {
+          tags = std::move(now);
+          continue;
+        }
+        refuse(tree, dir, name, e.what());
+        return 0;
+      }
     }
     const uint64_t d = tree.add_dir(dir, std::string(name), mtime_, false);
     // Tags saved later join it: a listing must not be kept as complete (growing, like its folder).
