@@ -31,13 +31,17 @@ bool holds_optim_states(const fs::path& dir) {
   return false;
 }
 
-// One optimizer class stores 'step' one way; groups that differ mean a hand-edited file.
+// One optimizer class stores 'step' one way; groups that differ mean a hand-edited file. A group
+// may keep none (Muon's).
 StepValue::Kind common_step_kind(const TagIndex& index) {
-  if (index.scalars.empty() || !index.step(0)) return StepValue::None;
+  StepValue::Kind kind = StepValue::None;
   for (size_t s = 0; s < index.scalars.size(); ++s)
-    if (index.step(s)->kind != index.step(0)->kind)
-      throw FormatError(where(index.dir, "param groups store 'step' as different types"));
-  return index.step(0)->kind;
+    if (const StepValue* v = index.step(s)) {
+      if (kind != StepValue::None && v->kind != kind)
+        throw FormatError(where(index.dir, "param groups store 'step' as different types"));
+      kind = v->kind;
+    }
+  return kind;
 }
 
 }  // namespace

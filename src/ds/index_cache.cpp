@@ -29,7 +29,7 @@ namespace {
 
 // 002: optimizer class, module dtype, step kind, loss scaler, module weights and frozen params.
 // 003: parallel sources (tensor-parallel slices, merge rules, patterns, AutoEP metadata).
-constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '5'};
+constexpr char kMagic[8] = {'Z', 'M', 'I', 'D', 'X', '0', '0', '6'};
 
 class Out {
  public:
@@ -359,6 +359,13 @@ std::string serialize_index(const TagIndex& ix) {
   for (const auto& n : ix.state_names) o.str(n);
   o.u64(ix.scalar_names.size());
   for (const auto& n : ix.scalar_names) o.str(n);
+  o.u64(ix.whole_states.size());
+  for (bool w : ix.whole_states) o.u64(w);
+  o.u64(ix.group_states.size());
+  for (const auto& g : ix.group_states) {
+    o.u64(g.size());
+    for (bool h : g) o.u64(h);
+  }
   o.u64(ix.params.size());
   for (const auto& p : ix.params) {
     o.str(p.name);
@@ -445,6 +452,16 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
   for (auto& n : ix->state_names) n = in.str();
   ix->scalar_names.resize(in.count(8));
   for (auto& n : ix->scalar_names) n = in.str();
+  ix->whole_states.resize(in.count(8));
+  for (size_t k = 0; k < ix->whole_states.size(); ++k) ix->whole_states[k] = in.u64() != 0;
+  ix->group_states.resize(in.count(8));
+  for (auto& g : ix->group_states) {
+    g.resize(in.count(8));
+    for (size_t k = 0; k < g.size(); ++k) g[k] = in.u64() != 0;
+    if (g.size() != ix->state_names.size()) throw FormatError("index cache: per-group states");
+  }
+  if (!ix->whole_states.empty() && ix->whole_states.size() != ix->state_names.size())
+    throw FormatError("index cache: whole states");
   ix->params.resize(in.count(64));
   for (auto& p : ix->params) {
     p.name = in.str();
@@ -517,6 +534,8 @@ std::unique_ptr<TagIndex> deserialize_index(const std::string& bytes) {
     if (p.rule == TpRule::SubParams && (p.sub_rule < 0 || size_t(p.sub_rule) >= ix->sub_param_rules.size()))
       throw FormatError("index cache: bad sub-parameter rule");
     if (ix->parallel() && p.slices.empty()) throw FormatError("index cache: a parallel parameter without slices");
+    if (!ix->group_states.empty() && (p.group < 0 || size_t(p.group) >= ix->group_states.size()))
+      throw FormatError("index cache: a parameter's group has no states");
   }
   for (const auto& group : ix->scalars)
     for (const auto& s : group)

@@ -238,6 +238,11 @@ class Grid {
   }
 
   void adopt_globals(const TagIndex& c) {
+    // Per-group states (Muon) are indexed and checked for data-parallel sources only.
+    if (!c.group_states.empty() || !c.whole_states.empty())
+      throw FormatError(where(ix_.dir,
+                              "param groups keep different optimizer states (DeepSpeed's Muon): served for "
+                              "data-parallel checkpoints, not yet for tensor- or pipeline-parallel ones"));
     ix_.stage = c.stage;
     ix_.optimizer = c.optimizer;
     ix_.bf16_optimizer = c.bf16_optimizer;

@@ -9,6 +9,7 @@
 #include "model_states.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/pt_file.h"
 
 namespace zm::ds {
 
@@ -105,6 +106,7 @@ struct RankState {
   bool elastic = false;
   std::vector<std::optional<Field>> groups;  // each group's optimizer state; nullopt: never stepped
   std::vector<StateKeys> keys;               // each group's keys, split as DeepSpeed splits them
+  std::vector<bool> muon;                    // each group's use_muon (rigid saves keep it)
   std::vector<uint64_t> lengths;             // each group's partitioned state tensors' length
   const Field* group(size_t g) const { return groups[g] ? &*groups[g] : nullptr; }
 };
@@ -125,6 +127,25 @@ std::vector<std::optional<Field>> group_states(const Field& base, bool elastic, 
   return out;
 }
 
+// Which groups are DeepSpeed Muon's (engine.py: use_muon in the param group). An elastic save keeps
+// no param groups and cuts every state tensor to the partition's valid elements, which cuts
+// Muon's whole-parameter buffers too: DeepSpeed cannot reload such a save, so it is refused.
+std::vector<bool> muon_groups(const RankState& rs, size_t G) {
+  std::vector<bool> out(G, false);
+  if (rs.elastic) {
+    for (size_t g = 0; g < G; ++g)
+      if (rs.group(g) && rs.group(g)->find("momentum_buffer"))
+        rs.group(g)->fail(
+            "an elastic save of a Muon run: DeepSpeed cut its whole-parameter momentum buffers to the "
+            "partition's length, and neither it nor zeromount can put them back together");
+    return out;
+  }
+  const Field groups = rs.base["param_groups"];
+  for (size_t g = 0; g < G && g < groups.size(); ++g)
+    if (auto u = groups[g].find("use_muon"); u && u->is(pt::Kind::Bool)) out[g] = u->node()->b;
+  return out;
+}
+
 RankState rank_state(const OpenShard& shard, const TagIndex& index, const std::vector<int>& partitions) {
   const Field osd = shard.root()["optimizer_state_dict"];
   RankState rs{osd, osd["base_optimizer_state"], osd["single_partition_of_fp32_groups"], osd["param_slice_mappings"]};
@@ -137,13 +158,14 @@ RankState rank_state(const OpenShard& shard, const TagIndex& index, const std::v
       f.fail("has " + std::to_string(f.size()) + " param groups, param_shapes in the model file has " +
              std::to_string(G));
   rs.groups = group_states(rs.base, rs.elastic, G);
+  rs.muon = muon_groups(rs, G);
   const auto paddings = osd.find("group_paddings");
   for (size_t g = 0; g < G; ++g) {
     // The state tensors' length: the padded partition; BF16_Optimizer's fp32 keeps its padding, and
     // an elastic save cuts the padding off every state tensor.
     uint64_t partition = rs.fp32[g].as_tensor().numel();
     if (!index.bf16_optimizer && !rs.elastic && paddings) partition += uint64_t((*paddings)[g].as_int());
-    rs.keys.push_back(split_state(rs.group(g), partition));
+    rs.keys.push_back(split_state(rs.group(g), partition, rs.muon[g]));
     rs.lengths.push_back(partition);
   }
   if (auto pc = osd.find("partition_count"); pc && pc->is(pt::Kind::List))
@@ -157,7 +179,7 @@ RankState rank_state(const OpenShard& shard, const TagIndex& index, const std::v
 
 // Rank 0 names the states, the master dtype, the loss scaler and the values copied for the view.
 void read_rank0_layout(TagIndex& index, const RankState& rs) {
-  adopt_state_keys(index, rs.keys.at(0), rs.base);
+  adopt_state_keys(index, rs.keys, rs.base);
   index.elastic = rs.elastic;
   index.master_dtype = rs.fp32[0].as_tensor().dtype;
   for (auto& p : index.params) p.stored.resize(index.state_names.size());
@@ -167,18 +189,58 @@ void read_rank0_layout(TagIndex& index, const RankState& rs) {
   index.loss_scaler = read_loss_scaler(rs.osd);
 }
 
-// Every group of every rank has rank 0's state keys, and all its tensors the master dtype.
-void check_group_state(const TagIndex& index, const RankState& rs, size_t g) {
+// Every group of every rank has rank 0's state keys for that group, and all its tensors the master
+// dtype.
+void check_group_state(const TagIndex& index, const RankState& rs, const StateKeys& want, size_t g) {
   if (rs.elastic != index.elastic) rs.base.fail("rigid and elastic (list) optimizer states mixed across ranks");
-  check_state_keys(index, rs.keys.at(g), rs.group(g), rs.group(g) ? *rs.group(g) : rs.base, rs.lengths.at(g));
+  check_state_keys(index, want, rs.keys.at(g), rs.group(g), rs.group(g) ? *rs.group(g) : rs.base, rs.lengths.at(g));
   require_dtype(rs.fp32[g], index.master_dtype, "the master weights of group 0");
-  for (size_t k = 1; k < index.state_names.size(); ++k)
-    require_dtype((*rs.group(g))[index.state_names[k]], index.master_dtype, "the master weights");
+  for (const auto* keys : {&rs.keys[g].flat, &rs.keys[g].whole})
+    for (const auto& k : *keys) require_dtype((*rs.group(g))[k], index.master_dtype, "the master weights");
 }
 
-// Appends this rank's piece of each parameter its param_slice_mappings[g] lists.
-void add_rank_pieces(TagIndex& index, const RankState& rs, size_t g, uint32_t rank, uint32_t shard,
-                     const NameIndex& by_name) {
+// Muon's buffers of group g on this rank: the whole buffer of each parameter the partition touches,
+// back to back in partition order (`order`). The first rank's copy is the one served; a parameter
+// that spans ranks has a copy on each, which must hold the same bytes (`spanning`: the hash of the
+// first copy, while later ranks still hold one).
+void add_whole_buffers(TagIndex& index, const RankState& rs, size_t g, uint32_t rank, const OpenShard& shard,
+                       const std::vector<size_t>& order, std::unordered_map<size_t, uint64_t>& spanning) {
+  for (size_t k = 1; k < index.state_names.size(); ++k) {
+    if (!index.whole(k) || index.group_states.empty() || !index.group_states.at(g).at(k)) continue;
+    const Field buf = (*rs.group(g))[index.state_names[k]];
+    uint64_t at = 0;
+    for (size_t i : order) {
+      Param& p = index.params[i];
+      const std::string what = "parameter " + p.name + " (" + index.state_names[k] + ")";
+      const pt::Extent e = ShardSet::slice(buf, shard.id, at, p.numel, what);
+      at += p.numel;
+      const uint64_t held = [&] {  // elements of p's master weights up to this rank's piece's end
+        uint64_t n = 0;
+        for (const auto& f : p.stored[0]) n += f.numel;
+        return n;
+      }();
+      if (p.stored[k].empty()) {
+        p.stored[k].push_back({rank, 0, p.numel, e});
+        if (held < p.numel) spanning[i] = pt::hash_range(shard.pt->file, e.offset, e.length);
+        continue;
+      }
+      const auto it = spanning.find(i);
+      if (it == spanning.end() || pt::hash_range(shard.pt->file, e.offset, e.length) != it->second)
+        buf.fail(what + ": this rank's copy of the whole buffer differs from rank " +
+                 std::to_string(p.stored[k][0].rank) + "'s");
+      if (held == p.numel) spanning.erase(it);
+    }
+    if (at != buf.as_tensor().numel())
+      buf.fail("holds " + std::to_string(buf.as_tensor().numel()) + " elements, the whole buffers of the " +
+               std::to_string(order.size()) + " parameters this partition touches hold " + std::to_string(at) +
+               " (Muon keeps each one whole on every rank that holds a piece)");
+  }
+}
+
+// Appends this rank's piece of each parameter its param_slice_mappings[g] lists; returns those
+// parameters in partition order.
+std::vector<size_t> add_rank_pieces(TagIndex& index, const RankState& rs, size_t g, uint32_t rank, uint32_t shard,
+                                    const NameIndex& by_name) {
   const Field* gstate = rs.group(g);
   std::vector<std::pair<uint64_t, size_t>> starts;  // (start in the partition, param)
   for (const auto& [name, fa] : rs.maps[g].items()) {
@@ -192,6 +254,7 @@ void add_rank_pieces(TagIndex& index, const RankState& rs, size_t g, uint32_t ra
     for (const auto& f : p.stored[0]) at += f.numel;
     const std::string what = "parameter " + name;
     for (size_t k = 0; k < index.state_names.size(); ++k) {
+      if (!index.has(p, k) || index.whole(k)) continue;  // whole buffers: add_whole_buffers
       const Field t = k == 0 ? rs.fp32[g] : (*gstate)[index.state_names[k]];
       p.stored[k].push_back({rank, at, uint64_t(numel), ShardSet::slice(t, shard, start, numel, what)});
     }
@@ -199,11 +262,15 @@ void add_rank_pieces(TagIndex& index, const RankState& rs, size_t g, uint32_t ra
   }
   // Two parameters may not claim the same elements of one partition.
   std::sort(starts.begin(), starts.end());
-  for (size_t k = 1; k < starts.size(); ++k) {
+  std::vector<size_t> order;
+  for (size_t k = 0; k < starts.size(); ++k) {
+    order.push_back(starts[k].second);
+    if (k == 0) continue;
     const Param& prev = index.params[starts[k - 1].second];
     if (starts[k - 1].first + prev.stored[0].back().numel > starts[k].first)
       rs.maps[g].fail("fragments of '" + prev.name + "' and '" + index.params[starts[k].second].name + "' overlap");
   }
+  return order;
 }
 
 // The pieces of every parameter add up to its shape: otherwise the files disagree.
@@ -228,14 +295,17 @@ void index_zero12(TagIndex& index, ShardSet& shards, const TagFiles& files, Open
   const std::vector<int> partitions = group_partitions(index, files);
   NameIndex by_name;
   for (size_t k = 0; k < index.params.size(); ++k) by_name.emplace(index.params[k].name, k);
+  std::vector<StateKeys> want;  // rank 0's keys of each group: every rank's groups keep them
+  std::unordered_map<size_t, uint64_t> spanning;
   for (int r = 0; r < index.dp; ++r) {
     OpenShard shard = r == 0 ? std::move(rank0) : shards.open(files.optim[size_t(r)]);
     const RankState rs = rank_state(shard, index, partitions);
-    if (r == 0) read_rank0_layout(index, rs);
+    if (r == 0) read_rank0_layout(index, rs), want = rs.keys;
     for (size_t g = 0; g < size_t(index.num_groups); ++g) {
-      check_group_state(index, rs, g);
+      check_group_state(index, rs, want.at(g), g);
       if (r == 0) index.scalars.push_back(read_scalars(index, rs.group(g), shard.id));
-      add_rank_pieces(index, rs, g, uint32_t(r), shard.id, by_name);
+      const auto order = add_rank_pieces(index, rs, g, uint32_t(r), shard.id, by_name);
+      if (!index.whole_states.empty()) add_whole_buffers(index, rs, g, uint32_t(r), shard, order, spanning);
     }
   }
   check_complete(index, files);

@@ -87,8 +87,10 @@ void read_rank_layout(TagIndex& index, const OpenShard& shard, int r, const std:
     const Field* group = st && st->size() ? &*st : nullptr;
     const uint64_t partition = flat[s].as_tensor().numel();
     const StateKeys keys = split_state(group, partition);
-    if (r == 0 && s == 0) adopt_state_keys(index, keys, state);
-    check_state_keys(index, keys, group, group ? *group : state, partition);
+    if (r == 0 && s == 0) adopt_state_keys(index, {keys}, state);
+    // Every sub-group keeps rank 0's first one's keys (ZeRO-3 refuses Muon: one optimizer rule).
+    const StateKeys want{{index.state_names.begin() + 1, index.state_names.end()}, {}, index.scalar_names};
+    check_state_keys(index, want, keys, group, group ? *group : state, partition);
     if (r == 0) index.scalars.push_back(read_scalars(index, group, shard.id));
     for (size_t k = 0; k < index.state_names.size(); ++k) {
       const Field t = k == 0 ? flat[s] : (*group)[index.state_names[k]];

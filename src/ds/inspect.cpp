@@ -121,7 +121,15 @@ uint64_t trainable_numel(const TagIndex& ix) {
 std::string states_text(const TagIndex& ix) {
   if (!ix.has_state()) return "none (saved before the first step)";
   std::string states;
-  for (size_t k = 1; k < ix.state_names.size(); ++k) states += (k > 1 ? ", " : "") + ix.state_names[k];
+  for (size_t k = 1; k < ix.state_names.size(); ++k) {
+    states += (k > 1 ? ", " : "") + ix.state_names[k];
+    if (ix.whole(k)) states += " (whole per parameter on every rank it spans: Muon)";
+    if (ix.group_states.empty()) continue;
+    std::string groups;
+    for (size_t g = 0; g < ix.group_states.size(); ++g)
+      if (ix.group_states[g][k]) groups += (groups.empty() ? "" : ",") + std::to_string(g);
+    states += " [group " + groups + "]";
+  }
   return states;
 }
 
@@ -146,7 +154,7 @@ std::string inspect_text(const TagIndex& ix) {
   if (ix.elastic) line("elastic", "yes (elastic_checkpoint: per-group states as a list, no param_groups)");
   line("loss scale", loss_scaler_text(ix.loss_scaler));
   line("groups", std::to_string(ix.num_groups) + " param groups");
-  if (const StepValue* step = ix.step(0)) line("step", pt::format_double(step_number(ix, *step)));
+  if (const StepValue* step = ix.run_step()) line("step", pt::format_double(step_number(ix, *step)));
   line("params", with_commas(ix.params.size()) + " trainable (" + with_commas(numel) + " elements, " +
                      human_bytes(ix.state_bytes()) + " of fp32 + optimizer state), " +
                      std::to_string(ix.frozen.size()) + " frozen, " + std::to_string(ix.buffers.size()) + " buffers, " +
@@ -194,8 +202,19 @@ std::string inspect_json(const TagIndex& ix) {
   for (size_t k = 0; k < ix.state_names.size(); ++k) o += (k ? "," : "") + json_escape(ix.state_names[k]);
   o += "],\"per_group\":[";
   for (size_t k = 0; k < ix.scalar_names.size(); ++k) o += (k ? "," : "") + json_escape(ix.scalar_names[k]);
-  o += "],\"elastic\":" + std::string(ix.elastic ? "true" : "false");
-  o += ",\"step\":" + (ix.step(0) ? pt::format_double(step_number(ix, *ix.step(0))) : std::string("null"));
+  o += "],\"whole_states\":[";
+  for (size_t k = 0, n = 0; k < ix.state_names.size(); ++k)
+    if (ix.whole(k)) o += (n++ ? "," : "") + json_escape(ix.state_names[k]);
+  o += "],\"group_states\":";
+  if (ix.group_states.empty()) o += "null";
+  for (size_t g = 0; g < ix.group_states.size(); ++g) {
+    o += g ? ",[" : "[[";
+    for (size_t k = 0, n = 0; k < ix.state_names.size(); ++k)
+      if (ix.group_states[g][k]) o += (n++ ? "," : "") + json_escape(ix.state_names[k]);
+    o += g + 1 == ix.group_states.size() ? "]]" : "]";
+  }
+  o += ",\"elastic\":" + std::string(ix.elastic ? "true" : "false");
+  o += ",\"step\":" + (ix.run_step() ? pt::format_double(step_number(ix, *ix.run_step())) : std::string("null"));
   uint64_t numel = 0;
   o += ",\"params\":[";
   for (size_t k = 0; k < ix.params.size(); ++k) {

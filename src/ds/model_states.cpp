@@ -83,30 +83,62 @@ StepValue read_scalar(const Field& v, uint32_t shard) {
 
 }  // namespace
 
-StateKeys split_state(const Field* state, uint64_t partition) {
+StateKeys split_state(const Field* state, uint64_t partition, bool muon) {
   StateKeys keys;
   if (!state) return keys;
-  for (const auto& [k, v] : state->items()) (is_flat(v, partition) ? keys.flat : keys.scalars).push_back(k);
+  for (const auto& [k, v] : state->items()) {
+    if (muon && k == "momentum_buffer" && v.is(pt::Kind::Tensor) && v.as_tensor().shape.size() == 1)
+      keys.whole.push_back(k);
+    else
+      (is_flat(v, partition) ? keys.flat : keys.scalars).push_back(k);
+  }
   return keys;
 }
 
-void adopt_state_keys(TagIndex& index, const StateKeys& keys, const Field& where) {
+void adopt_state_keys(TagIndex& index, const std::vector<StateKeys>& groups, const Field& where) {
   index.state_names = {"fp32"};
-  for (const auto& k : keys.flat) {
-    if (k == "fp32") where.fail("an optimizer state key 'fp32' clashes with the master weights' name");
-    index.state_names.push_back(k);
+  index.scalar_names.clear();
+  index.whole_states.clear();
+  auto add = [](std::vector<std::string>& names, const std::string& k) {
+    const auto it = std::find(names.begin(), names.end(), k);
+    if (it != names.end()) return size_t(it - names.begin());
+    names.push_back(k);
+    return names.size() - 1;
+  };
+  for (const auto& g : groups) {
+    for (const auto* list : {&g.flat, &g.whole})
+      for (const auto& k : *list) {
+        if (k == "fp32") where.fail("an optimizer state key 'fp32' clashes with the master weights' name");
+        const size_t at = add(index.state_names, k);
+        index.whole_states.resize(index.state_names.size());
+        index.whole_states[at] = list == &g.whole;
+      }
+    for (const auto& k : g.scalars) add(index.scalar_names, k);
   }
-  index.scalar_names = keys.scalars;
+  if (std::none_of(index.whole_states.begin(), index.whole_states.end(), [](bool w) { return w; }))
+    index.whole_states.clear();
+  // A key partitioned in one group and a scalar in another is not a layout DeepSpeed writes.
+  for (const auto& k : index.scalar_names)
+    if (std::find(index.state_names.begin(), index.state_names.end(), k) != index.state_names.end())
+      where.fail("optimizer state key '" + k +
+                 "' is a partitioned tensor in one param group, a per-group value in another");
+  index.group_states.clear();
+  if (std::all_of(groups.begin(), groups.end(), [&](const StateKeys& g) { return g == groups.front(); })) return;
+  for (const auto& g : groups) {
+    std::vector<bool>& holds = index.group_states.emplace_back(index.state_names.size(), false);
+    holds[0] = true;
+    for (size_t k = 1; k < index.state_names.size(); ++k)
+      holds[k] = std::count(g.flat.begin(), g.flat.end(), index.state_names[k]) ||
+                 std::count(g.whole.begin(), g.whole.end(), index.state_names[k]);
+  }
 }
 
-void check_state_keys(const TagIndex& index, const StateKeys& keys, const Field* state, const Field& where,
-                      uint64_t partition) {
-  const bool same_flat = keys.flat.size() + 1 == index.state_names.size() &&
-                         std::equal(keys.flat.begin(), keys.flat.end(), index.state_names.begin() + 1);
-  if (same_flat && keys.scalars == index.scalar_names) return;
+void check_state_keys(const TagIndex& index, const StateKeys& want, const StateKeys& got, const Field* state,
+                      const Field& where, uint64_t partition) {
+  if (got == want) return;
   // Name the key that rank 0 partitions and this group does not, and why.
-  for (size_t k = 1; k < index.state_names.size() && state; ++k) {
-    const auto v = state->find(index.state_names[k]);
+  for (size_t k = 0; k < want.flat.size() && state; ++k) {
+    const auto v = state->find(want.flat[k]);
     if (!v || is_flat(*v, partition)) continue;
     if (v->is(pt::Kind::Tensor)) require_dtype(*v, index.master_dtype, "the master weights");
     v->fail("is " + pt::repr(v->node()) + ", where rank 0 has a 1-D tensor of the flat partition's length (" +
@@ -118,7 +150,10 @@ void check_state_keys(const TagIndex& index, const StateKeys& keys, const Field*
 std::vector<StepValue> read_scalars(const TagIndex& index, const Field* state, uint32_t shard) {
   std::vector<StepValue> out;
   if (!state) return out;
-  for (const auto& name : index.scalar_names) out.push_back(read_scalar((*state)[name], shard));
+  for (const auto& name : index.scalar_names) {
+    const auto v = state->find(name);
+    out.push_back(v ? read_scalar(*v, shard) : StepValue{});
+  }
   return out;
 }
 

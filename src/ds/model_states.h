@@ -20,20 +20,24 @@ void read_model_common(TagIndex& index, const OpenShard& model);
 // The keys of one (sub-)group's optimizer state, split as DeepSpeed splits them
 // (tensor_fragment.py, set_optim_state_fragment): a 1-D tensor of the flat partition's length
 // (`partition` elements) is partitioned with the master weights; any other value ('step', an int
-// counter, a shape-[1] tensor) is one value per group. Both lists in file order; both empty for a
-// group without state (an optimizer that never stepped).
+// counter, a shape-[1] tensor) is one value per group. In a Muon group (`muon`: its param group
+// says use_muon), 'momentum_buffer' is kept whole per parameter instead (TagIndex::whole_states).
+// All lists in file order; all empty for a group without state (an optimizer that never stepped).
 struct StateKeys {
-  std::vector<std::string> flat, scalars;
+  std::vector<std::string> flat, whole, scalars;
   bool operator==(const StateKeys&) const = default;
 };
-StateKeys split_state(const Field* state, uint64_t partition);
-// Rank 0's first group names the keys of every group (TagIndex::state_names, scalar_names);
-// every other group of every rank must have the same ones.
-void adopt_state_keys(TagIndex& index, const StateKeys& keys, const Field& where);
-// `state` is the group's state (nullptr: none), `partition` the flat partition's length.
-void check_state_keys(const TagIndex& index, const StateKeys& keys, const Field* state, const Field& where,
-                      uint64_t partition);
-// One group's values of TagIndex::scalar_names (none for a group without state).
+StateKeys split_state(const Field* state, uint64_t partition, bool muon = false);
+// Rank 0's groups name the keys: TagIndex::state_names ("fp32", then each group's partitioned and
+// whole keys in first-seen order), scalar_names likewise, and, where groups keep different ones
+// (Muon), TagIndex::group_states. One entry in `groups` for an optimizer whose groups must agree.
+void adopt_state_keys(TagIndex& index, const std::vector<StateKeys>& groups, const Field& where);
+// `got` (of `state`, nullptr: none) must be `want`, rank 0's keys of the same group; `partition` is
+// the flat partition's length, named when a key rank 0 partitions is not partitioned here.
+void check_state_keys(const TagIndex& index, const StateKeys& want, const StateKeys& got, const Field* state,
+                      const Field& where, uint64_t partition);
+// One group's values of TagIndex::scalar_names (none for a group without state; StepValue::None
+// for a name this group does not keep).
 std::vector<StepValue> read_scalars(const TagIndex& index, const Field* state, uint32_t shard);
 
 // The one mixed-dtype check: `tensor` must be `want`, the dtype of `whose` (e.g. "the master weights").

@@ -78,6 +78,24 @@ class OptimFile {
     return t;
   }
 
+  // Muon's momentum_buffer of one group on this rank: the whole buffer of each parameter the
+  // partition touches, back to back in partition order (stage_1_and_2.py, get_flat_partition);
+  // nullptr when the partition touches none (DeepSpeed then makes no buffer, and torch saves no state).
+  const Node* whole_buffers(const std::vector<FragmentAddress>& pieces, size_t state) const {
+    if (pieces.empty()) return nullptr;
+    pt::Tensor t;
+    t.dtype = ix_.master_dtype;
+    uint64_t numel = 0;
+    for (const FragmentAddress& f : pieces) numel += ix_.params[f.param].numel;
+    t.shape = {int64_t(numel)};
+    build::Fill fill{t};
+    for (const FragmentAddress& f : pieces) {
+      const Param& p = ix_.params[f.param];
+      for (const auto& e : element_extents(ix_.fragments(p, state), 0, p.numel, es_)) fill.bytes(src_.map(e));
+    }
+    return a_.make_tensor_node(std::move(t));
+  }
+
   // One per-group value ('step', ...) as the source stored it; a tensor gets its own storage in
   // every group or sub-group, as in real files.
   const Node* value(const StepValue& v) const { return step_value_node(a_, v, src_.map); }
@@ -94,14 +112,18 @@ class OptimFile {
     return d;
   }
 
-  // The state of the source group (or sub-group) `first_param` belongs to: its per-group values,
-  // then its partitioned tensors, made by `tensor(state)`; {} when the source never stepped.
+  // The state of the source group (or sub-group) `first_param` belongs to: the per-group values and
+  // tensors (made by `tensor(state)`, nullptr for none) that group keeps; {} when the source never
+  // stepped.
   Node* state_entry(uint32_t first_param, const std::function<const Node*(size_t)>& tensor) const {
     Node* d = build::dict(a_);
     if (!ix_.has_state()) return d;
-    const auto& values = ix_.scalars.at(size_t(ix_.params.at(first_param).step));
-    for (size_t k = 0; k < values.size(); ++k) build::add(d, a_, ix_.scalar_names[k], value(values[k]));
-    for (size_t k = 1; k < ix_.state_names.size(); ++k) build::add(d, a_, ix_.state_names[k], tensor(k));
+    const Param& first = ix_.params.at(first_param);
+    const auto& values = ix_.scalars.at(size_t(first.step));
+    for (size_t k = 0; k < values.size(); ++k)
+      if (values[k].kind != StepValue::None) build::add(d, a_, ix_.scalar_names[k], value(values[k]));
+    for (size_t k = 1; k < ix_.state_names.size(); ++k)
+      if (const Node* t = ix_.has(first, k) ? tensor(k) : nullptr) build::add(d, a_, ix_.state_names[k], t);
     return d;
   }
 
@@ -208,13 +230,14 @@ Node* OptimFile::zero12_state(const std::vector<RankPartition>& parts, Node* gro
   Node* state = elastic ? build::list(a_, {}) : build::dict(a_);
   for (size_t g = 0; g < parts.size(); ++g) {
     const RankPartition& rp = parts[g];
-    Node* entry = state_entry(plan_.groups[g].params.at(0), [&](size_t k) {
+    Node* entry = state_entry(plan_.groups[g].params.at(0), [&](size_t k) -> const Node* {
+      if (ix_.whole(k)) return whole_buffers(rp.mappings, k);
       return elastic ? view(flat(rp.mappings, k, rp.partition), rp.valid, false)
                      : a_.make_tensor_node(flat(rp.mappings, k, rp.partition));
     });
     if (elastic)
       state->items.push_back(entry);
-    else if (ix_.has_state())
+    else if (ix_.has_state() && !entry->entries.empty())  // torch saves no state for a parameter without one
       state->entries.emplace_back(a_.make_int(int64_t(g)), entry);
   }
   if (elastic) return state;

@@ -11,7 +11,9 @@ namespace zm::ds {
 
 uint64_t TagIndex::state_bytes() const {
   uint64_t n = 0;
-  for (const auto& p : params) n += p.numel * pt::element_size(master_dtype) * state_names.size();
+  for (const auto& p : params)
+    for (size_t k = 0; k < state_names.size(); ++k)
+      if (has(p, k)) n += p.numel * pt::element_size(master_dtype);
   return n;
 }
 
@@ -78,8 +80,15 @@ std::vector<Fragment> TagIndex::fragments(const Param& p, size_t state, uint64_t
 
 const StepValue* TagIndex::step(size_t s) const {
   const auto it = std::find(scalar_names.begin(), scalar_names.end(), "step");
-  if (it == scalar_names.end() || s >= scalars.size()) return nullptr;
-  return &scalars[s].at(size_t(it - scalar_names.begin()));
+  if (it == scalar_names.end() || s >= scalars.size() || scalars[s].empty()) return nullptr;
+  const StepValue& v = scalars[s].at(size_t(it - scalar_names.begin()));
+  return v.kind == StepValue::None ? nullptr : &v;
+}
+
+const StepValue* TagIndex::run_step() const {
+  for (size_t s = 0; s < scalars.size(); ++s)
+    if (const StepValue* v = step(s)) return v;
+  return nullptr;
 }
 
 const Param* TagIndex::find(const std::string& name) const {

@@ -292,6 +292,11 @@ PartitionPlan plan_partitions(const TagIndex& index, const TargetLayout& target,
         "the source's master weights are " + std::string(pt::dtype_name(index.master_dtype)) +
             " (fp16/bf16_master_weights_and_gradients); only fp32 masters are re-partitioned (fake-layouts.md §3.1)");
   if (index.num_groups < 1 || index.params.empty()) refuse(index, target, "the source has no trainable parameter");
+  if (!index.whole_states.empty() && (zero3 || target.stage == TargetStage::Bf16Opt))
+    refuse(index, target,
+           "the source ran DeepSpeed's Muon, whose whole-parameter momentum buffers only ZeRO-1/2 keep: ZeRO-3 "
+           "refuses Muon (\"Muon and reduce scatter cannot be used together\") and BF16_Optimizer has no Muon "
+           "step");
   check_parallel_source(index, target);
   if (index.elastic && (zero3 || target.stage == TargetStage::Bf16Opt))
     refuse(index, target,

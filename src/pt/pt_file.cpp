@@ -2,6 +2,10 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <memory>
+#include <vector>
+
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/zip_reader.h"
 
@@ -9,6 +13,19 @@ namespace zm::pt {
 
 uint64_t hash_bytes(const void* data, size_t n) {
   return XXH3_64bits(data, n);
+}
+
+uint64_t hash_range(const File& file, uint64_t offset, uint64_t n) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
+  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) throw Error("out of memory hashing " + file.path(), ENOMEM);
+  std::vector<char> buf(std::min<uint64_t>(n, uint64_t(1) << 20));
+  for (uint64_t done = 0; done < n;) {
+    const size_t chunk = size_t(std::min<uint64_t>(buf.size(), n - done));
+    file.read_exact(offset + done, buf.data(), chunk, "tensor bytes");
+    XXH3_64bits_update(state.get(), buf.data(), chunk);
+    done += chunk;
+  }
+  return XXH3_64bits_digest(state.get());
 }
 
 std::unique_ptr<PtFile> load_pt(const std::string& path, const PickleLimits& limits) {

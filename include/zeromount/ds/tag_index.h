@@ -154,11 +154,27 @@ struct TagIndex {
   // The optimizer's other per-group keys ('step', ...), in rank 0's order; empty for an optimizer
   // that never stepped (its state is {}), as state_names is then just "fp32".
   std::vector<std::string> scalar_names;
+  // Where param groups keep different states (DeepSpeed's Muon: 'momentum_buffer' in its group,
+  // Adam's moments and 'step' in the other), group_states[g][k] says whether group g keeps
+  // state_names[k] (a group's missing scalars are StepValue::None). Empty: every group keeps all.
+  std::vector<std::vector<bool>> group_states;
+  // whole_states[k]: state_names[k] is kept whole per parameter, not cut at the partition edge:
+  // Muon's momentum_buffer, of which every rank holds the whole buffer of each parameter its
+  // partition touches (stage_1_and_2.py, get_flat_partition). Param::stored[k] is then one
+  // Fragment, the first holder's copy. Empty: none.
+  std::vector<bool> whole_states;
+  // Whether p's group keeps state k (the master weights, k = 0, always).
+  bool has(const Param& p, size_t k) const {
+    return k == 0 || group_states.empty() || group_states.at(size_t(p.group)).at(k);
+  }
+  bool whole(size_t k) const { return k < whole_states.size() && whole_states[k]; }
   std::vector<Param> params;
   // scalars[s][k]: the value of scalar_names[k] in group s (stage 1/2) or sub-group s (stage 3).
   std::vector<std::vector<StepValue>> scalars;
-  // 'step' of group (or sub-group) s; nullptr when the optimizer keeps none.
+  // 'step' of group (or sub-group) s; nullptr when the optimizer (or that group) keeps none.
   const StepValue* step(size_t s) const;
+  // The run's step count: the first group's 'step' (a Muon group keeps none); nullptr if none has.
+  const StepValue* run_step() const;
   // Whether the optimizer saved any per-group state ({} before the first step).
   bool has_state() const { return state_names.size() > 1 || !scalar_names.empty(); }
   int num_groups = 0;

@@ -28,5 +28,8 @@ std::unique_ptr<PtFile> load_pt(const std::string& path, const PickleLimits& lim
 
 // XXH3-64 of a byte range: how the index cache recognises a pickle without decoding it again.
 uint64_t hash_bytes(const void* data, size_t n);
+// XXH3-64 of bytes [offset, offset + n) of `file`, read 1 MiB at a time: two copies of a tensor
+// compared without holding either.
+uint64_t hash_range(const File& file, uint64_t offset, uint64_t n);
 
 }  // namespace zm::pt

@@ -101,7 +101,12 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   line("group", group_text(p));
   line("states", [&] {
     std::string s;
-    for (size_t k = 0; k < ix.state_names.size(); ++k) s += (k ? ", " : "") + ix.state_names[k];
+    for (size_t k = 0; k < ix.state_names.size(); ++k)
+      if (ix.has(p, k))
+        s += (k ? ", " : "") + ix.state_names[k] +
+             (ix.whole(k) ? " (Muon: whole on every rank it spans, served from rank " +
+                                std::to_string(p.stored.at(k).at(0).rank) + "'s copy)"
+                          : "");
     return s;
   }());
   std::string part = "ZeRO-" + std::to_string(ix.stage) + " over " + std::to_string(ix.dp) + " dp ranks";

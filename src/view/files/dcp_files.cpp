@@ -50,7 +50,7 @@ uint64_t dcp_chunks(const MountedTag& t, DcpShape shape) {
     for (const WeightTensor& w : weight_tensors(t, Weights::Master)) n += cut(*w.shape);
   if (shape.optimizer)
     for (const ds::Param& p : ix.params)
-      n += cut(p.shape) * std::max<uint64_t>(ix.state_names.size() - 1, 2) + ix.scalar_names.size() + 1;
+      n += cut(p.shape) * std::max<uint64_t>(ix.state_names.size() - 1, 2) + ix.scalar_names.size() + 1;  // a bound
   return n;
 }
 
@@ -157,8 +157,9 @@ DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
         const std::string at = "optimizer.state." + param.name + ".";
         const Shape moment{ix.master_dtype, param.shape};
         for (uint32_t k = 1; k < ix.state_names.size(); ++k)
-          add(at + ix.state_names[k], {"optimizer", "state", param.name, ix.state_names[k]}, true, &moment,
-              tensor({Source::State, p, k}, moment));
+          if (ix.has(param, k))  // a Muon group keeps momentum_buffer, the other Adam's moments
+            add(at + ix.state_names[k], {"optimizer", "state", param.name, ix.state_names[k]}, true, &moment,
+                tensor({Source::State, p, k}, moment));
         for (uint32_t k = 0; k < ix.scalar_names.size() && param.step >= 0; ++k) {
           const ds::StepValue& v = ix.scalars.at(size_t(param.step)).at(k);
           if (v.kind == ds::StepValue::None) continue;

@@ -54,6 +54,11 @@ double eps_of(const ds::TagIndex& ix, int group) {
   return 1e-8;  // torch's Adam and AdamW default
 }
 
+// Index of state `name` in state_names; state_names.size() when the tag has none.
+size_t state_of(const ds::TagIndex& ix, const char* name) {
+  return size_t(std::find(ix.state_names.begin(), ix.state_names.end(), name) - ix.state_names.begin());
+}
+
 // A worker's histograms, reused from parameter to parameter (512 KiB each).
 struct Scratch {
   GridHistogram weights, moment, update;
@@ -64,11 +69,8 @@ struct Scratch {
 ParamFigures param_figures(const MountedTag& t, const ds::Param& p, const pt::ExtentReader& src, Scratch& s,
                            uint64_t& bytes) {
   const ds::TagIndex& ix = *t.index;
-  const auto find = [&](const char* n) {
-    return size_t(std::find(ix.state_names.begin(), ix.state_names.end(), n) - ix.state_names.begin());
-  };
-  const size_t avg = find("exp_avg"), sq = find("exp_avg_sq");
-  const bool adam = avg < ix.state_names.size() && sq < ix.state_names.size();
+  const size_t avg = state_of(ix, "exp_avg"), sq = state_of(ix, "exp_avg_sq");
+  const bool adam = has_update(ix, p);
   const double eps = eps_of(ix, p.group);
   ParamFigures f;
   StateReader reader(t, p, adam ? std::vector<size_t>{0, avg, sq} : std::vector<size_t>{0});
@@ -154,7 +156,7 @@ std::shared_ptr<const TagFigures> compute_tag(const MountedTag& t, const pt::Ext
       l.moment.merge(out->params[k].moment);
       l.update.merge(out->params[k].update);
     }
-  if (const ds::StepValue* step = ix.step(0)) out->step = ds::step_number(ix, *step);
+  if (const ds::StepValue* step = ix.run_step()) out->step = ds::step_number(ix, *step);
   out->bytes_read = bytes;
   out->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return out;
@@ -174,8 +176,17 @@ Bins bins_at(const GridHistogram& h, const std::vector<uint32_t>& at) {
 }  // namespace
 
 bool has_update(const ds::TagIndex& ix) {
-  const auto& s = ix.state_names;
-  return std::count(s.begin(), s.end(), "exp_avg") && std::count(s.begin(), s.end(), "exp_avg_sq");
+  return state_of(ix, "exp_avg") < ix.state_names.size() && state_of(ix, "exp_avg_sq") < ix.state_names.size();
+}
+
+bool has_update(const ds::TagIndex& ix, const ds::Param& p) {
+  return has_update(ix) && ix.has(p, state_of(ix, "exp_avg")) && ix.has(p, state_of(ix, "exp_avg_sq"));
+}
+
+uint64_t figure_bytes(const ds::TagIndex& ix) {
+  uint64_t n = 0;
+  for (const auto& p : ix.params) n += p.numel * (has_update(ix, p) ? 3 : 1);
+  return n * pt::element_size(ix.master_dtype);
 }
 
 Bins linear_bins(const GridHistogram& h, size_t bins) {

@@ -57,7 +57,7 @@ std::string run_section(const ds::TagIndex& ix, const TagFigures* f) {
   o += row("optimizer",
            escape(std::string(ds::optimizer_class_name(ix.optimizer)) + "; states: " + ds::states_text(ix)));
   o += row("loss scaler", escape(ds::loss_scaler_text(ix.loss_scaler)));
-  o += row("step", "<span>" + html::step_text(f && ix.step(0) ? f->step : ix.step(0) ? 0 : NAN) + "</span>");
+  o += row("step", "<span>" + html::step_text(f && ix.run_step() ? f->step : ix.run_step() ? 0 : NAN) + "</span>");
   std::string groups;
   for (int g = 0; g < ix.num_groups; ++g) {
     uint64_t n = 0, e = 0;
@@ -174,7 +174,6 @@ std::vector<std::vector<size_t>> ranks(const ds::TagIndex& ix, const TagFigures*
 
 std::string params_section(const ds::TagIndex& ix, const TagFigures* f, const std::vector<LayerFigures>& layers) {
   const size_t n = ix.params.size();
-  const bool adam = has_update(ix);
   uint64_t most = 0;
   for (const auto& p : ix.params) most = std::max(most, p.numel);
   const size_t cw = html::digits(most), rw = html::digits(n ? n - 1 : 0);
@@ -203,18 +202,18 @@ std::string params_section(const ds::TagIndex& ix, const TagFigures* f, const st
     const ParamFigures& pf = f ? f->params[k] : none;
     rows += "<div class=\"r\" style=\"--o:" + html::count(position[k], rw);
     for (size_t c = 0; c < kColumns; ++c) rows += ";--s" + std::to_string(c) + ":" + html::count(rank[c][k], rw);
-    rows +=
-        "\"><span class=\"n\" id=\"p" + std::to_string(k) + "\">" + escape(p.name) + "</span><span>" +
-        pt::shape_text(p.shape) + "</span><span>" +
-        html::histogram("w", "fp32 weights of " + p.name, f ? &pf.weight_bins : nullptr, cw) + "</span><span>" +
-        (adam ? html::histogram("m", "exp_avg_sq of " + p.name, f ? &pf.moment_bins : nullptr, cw) : std::string("-")) +
-        "</span><span class=\"v\">" + pt::with_commas(p.numel) + "</span>";
+    rows += "\"><span class=\"n\" id=\"p" + std::to_string(k) + "\">" + escape(p.name) + "</span><span>" +
+            pt::shape_text(p.shape) + "</span><span>" +
+            html::histogram("w", "fp32 weights of " + p.name, f ? &pf.weight_bins : nullptr, cw) + "</span><span>" +
+            (has_update(ix, p) ? html::histogram("m", "exp_avg_sq of " + p.name, f ? &pf.moment_bins : nullptr, cw)
+                               : std::string("-")) +
+            "</span><span class=\"v\">" + pt::with_commas(p.numel) + "</span>";
     for (double v :
          {pf.weights.l2(), pf.weights.lowest(), pf.weights.highest(), pf.weights.average(), pf.weights.deviation()})
       rows += number_cell(f ? v : 0, "");
     for (uint64_t c : {pf.weights.nan, pf.weights.inf})
       rows += "<span class=\"v " + std::string(html::flag(c > 0)) + "\">" + html::count(c, cw) + "</span>";
-    if (adam) {
+    if (has_update(ix, p)) {  // not for a Muon parameter: it keeps momentum_buffer
       const double lo = pf.update.n ? GridHistogram::lower(pf.median_bucket) : NAN;
       const double hi = pf.update.n ? GridHistogram::lower(pf.median_bucket + 1) : NAN;
       rows += number_cell(f ? lo : 0, "the median lies in [" + html::exact(lo) + ", " + html::exact(hi) + "): ") +
@@ -238,7 +237,7 @@ std::string params_section(const ds::TagIndex& ix, const TagFigures* f, const st
 }
 
 std::string cost_section(const ds::TagIndex& ix, const TagFigures* f) {
-  const uint64_t expected = ds::trainable_numel(ix) * pt::element_size(ix.master_dtype) * (has_update(ix) ? 3 : 1);
+  const uint64_t expected = figure_bytes(ix);
   return "<h2 id=\"cost\">Cost</h2>\n<p class=\"note\">Every figure on this page was computed from the shards "
          "when it was first built, in one streaming pass over the fp32 weights, exp_avg and exp_avg_sq of every "
          "parameter: " +

@@ -120,7 +120,7 @@ std::string run_report(const std::string& title, const std::vector<NamedTag>& ta
     const ds::TagIndex& ix = *tags[k].tag->index;
     const uint64_t numel = ds::trainable_numel(ix);
     const uint64_t es = pt::element_size(ix.master_dtype);
-    expected += numel * es * (has_update(ix) ? 3 : 1) + (k ? 2 * numel * es : 0);
+    expected += figure_bytes(ix) + (k ? 2 * numel * es : 0);
     if (f) {
       bytes += f->tags[k]->bytes_read + (k ? f->change[k]->bytes_read : 0);
       seconds += f->tags[k]->seconds + (k ? f->change[k]->seconds : 0);

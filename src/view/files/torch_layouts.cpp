@@ -89,6 +89,7 @@ pt::VirtualFile torch_optimizer_file(const MountedTag& t) {
         if (const ds::StepValue& v = ix.scalars.at(size_t(param.step)).at(k); v.kind != ds::StepValue::None)
           build::add(s, a, ix.scalar_names[k], ds::step_value_node(a, v, map));
       for (size_t k = 1; k < ix.state_names.size(); ++k) {
+        if (!ix.has(param, k)) continue;  // a Muon group keeps momentum_buffer, the other Adam's moments
         pt::VirtualFile whole;
         append_param_bytes(whole, t, param, k);
         Node* tensor = build::tensor(a, ix.master_dtype, param.shape, {});

@@ -182,7 +182,8 @@ pt::VirtualFile optimizer_state_file(const MountedTag& t) {
   for (size_t s = 0; s < ix.scalars.size() && ix.has_state(); ++s) {
     Node* entry = build::dict(a);
     for (size_t k = 0; k < ix.scalar_names.size(); ++k)
-      build::add(entry, a, ix.scalar_names[k].c_str(), scalar_node(a, t, ix.scalars[s][k]));
+      if (ix.scalars[s][k].kind != ds::StepValue::None)  // a value this group keeps
+        build::add(entry, a, ix.scalar_names[k].c_str(), scalar_node(a, t, ix.scalars[s][k]));
     if (!ix.step(s)) build::add(entry, a, "step", build::none(a));
     state->entries.emplace_back(a.make_int(int64_t(s)), entry);
   }

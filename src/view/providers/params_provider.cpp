@@ -36,7 +36,8 @@ class ParamsProvider final : public Provider {
           pd, "info", mtime, [t, pp, files] { return text_file(param_info(*t, *pp, files)); },
           [t, pp] { return uint64_t(param_info(*t, *pp, nullptr).size()); });
       for (size_t k = 0; k < ix.state_names.size(); ++k)
-        tree.add_file(pd, ix.state_names[k] + ".npy", mtime, [t, pp, k] { return param_npy(*t, *pp, k); });
+        if (ix.has(p, k))
+          tree.add_file(pd, ix.state_names[k] + ".npy", mtime, [t, pp, k] { return param_npy(*t, *pp, k); });
     }
   }
 };

@@ -43,12 +43,14 @@ class UniversalProvider final : public Provider {
       const uint64_t d = tree.add_dir(zero, param_dir_name(p.name, {"optimizer_state.pt"}), mtime);
       const ds::Param* pp = &p;
       for (size_t k = 0; k < ix.state_names.size(); ++k)
-        tree.add_file(d, ix.state_names[k] + ".pt", mtime,
-                      [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
+        if (ix.has(p, k))
+          tree.add_file(d, ix.state_names[k] + ".pt", mtime,
+                        [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
       const bool scalars = p.step >= 0 && !(ix.parallel() && ix.stage == 3);  // as the converter: §6
       for (size_t k = 0; scalars && k < ix.scalars.at(size_t(p.step)).size(); ++k)
-        tree.add_file(d, ix.scalar_names[k] + ".pt", mtime,
-                      [t, g = size_t(p.step), k] { return scalar_file(*t, g, k); });
+        if (ix.scalars[size_t(p.step)][k].kind != ds::StepValue::None)  // a value this group keeps
+          tree.add_file(d, ix.scalar_names[k] + ".pt", mtime,
+                        [t, g = size_t(p.step), k] { return scalar_file(*t, g, k); });
     }
     if (!cx.building()) add_folder(cx, {});  // the first tag latest names may come after the fill
   }

@@ -33,8 +33,12 @@ Bins linear_bins(const GridHistogram& h, size_t bins = kReportBins);
 // which second moments spread.
 Bins octave_bins(const GridHistogram& h, size_t bins = kReportBins);
 
-// Whether the tag saved exp_avg and exp_avg_sq (Adam's moments): then update sizes exist.
+// Whether the tag saved exp_avg and exp_avg_sq (Adam's moments): then update sizes exist. A Muon
+// run keeps them for its Adam group only (has_update(ix, p)).
 bool has_update(const ds::TagIndex& ix);
+bool has_update(const ds::TagIndex& ix, const ds::Param& p);
+// The bytes one figures pass reads: every master weight, and Adam's moments where kept.
+uint64_t figure_bytes(const ds::TagIndex& ix);
 
 // One parameter of one tag.
 struct ParamFigures {
