@@ -1,21 +1,55 @@
 #pragma once
-// Values computed on demand and kept, a few: the report pages' figures (by the tags' identity) and
-// a layouts/ folder's partition plans (by tag and target).
+// Values computed on demand and kept, a few: the report pages' figures (by the tags' identity), a
+// layouts/ folder's partition plans (by tag and target) and the DCP folders' plans, the plans bounded
+// by bytes (issue 29).
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <future>
+#include <iterator>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace zm::view {
 
+// What the values kept by some Memos weigh together, for .zeromount/stats.
+struct MemoWeight {
+  std::atomic<uint64_t> bytes{0}, entries{0};
+};
+// What a plan may keep, all its kind's plans together (issue 29: eight layout targets of a
+// 20,000-parameter source within 64 MiB).
+constexpr uint64_t kPlanBudget = uint64_t(64) << 20;
+
+// A vector's weight by what it holds allocated.
+template <typename T>
+uint64_t kept_bytes(const std::vector<T>& v) {
+  return v.capacity() * sizeof(T);
+}
+
+// The partition plans of layouts/ and the DCP folders, process-wide.
+inline MemoWeight& plan_weight() {
+  static MemoWeight w;
+  return w;
+}
+
 // Values by key, computed once however many threads ask at the same time; the `Keep` most
-// recently used are kept. A computation that fails is not kept: the next reader tries again.
-template <typename Key, typename V, size_t Keep>
+// recently used are kept, and with a `Budget` (bytes) no more than that weight: a value's weight is
+// V::bytes() when it is made, and the least recently used values go until the rest fit (the newest
+// is always kept: one value larger than the budget is made and served, then replaced). A
+// computation that fails is not kept: the next reader tries again.
+template <typename Key, typename V, size_t Keep, uint64_t Budget = 0>
 class Memo {
  public:
+  explicit Memo(MemoWeight* weight = nullptr) : weight_(weight) {}
+  ~Memo() {
+    if (weight_) account(-int64_t(bytes_), -int64_t(kept_.size()));
+  }
+  Memo(const Memo&) = delete;
+  Memo& operator=(const Memo&) = delete;
+
   template <typename F>
   std::shared_ptr<const V> get(const Key& key, F compute) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -27,25 +61,38 @@ class Memo {
     }
     std::promise<std::shared_ptr<const V>> made;
     const uint64_t mine = ++made_;
-    kept_.push_front(Entry{key, made.get_future().share(), mine});
+    kept_.push_front(Entry{key, made.get_future().share(), mine, 0});
     at_[key] = kept_.begin();
-    while (kept_.size() > Keep) {
-      at_.erase(kept_.back().key);
-      kept_.pop_back();
-    }
+    account(0, 1);
+    evict();
     auto wait = kept_.front().value;
     lock.unlock();
     try {
-      made.set_value(compute());
-    } catch (...) {
-      made.set_exception(std::current_exception());
+      std::shared_ptr<const V> value = compute();
+      const uint64_t w = weigh(value);
+      made.set_value(std::move(value));
       lock.lock();
       if (auto it = at_.find(key); it != at_.end() && it->second->id == mine) {
-        kept_.erase(it->second);
-        at_.erase(it);
+        it->second->bytes = w;
+        bytes_ += w;
+        account(int64_t(w), 0);
+        evict();
       }
+    } catch (...) {
+      made.set_exception(std::current_exception());
+      if (!lock.owns_lock()) lock.lock();
+      if (auto it = at_.find(key); it != at_.end() && it->second->id == mine) drop(it->second);
     }
     return wait.get();
+  }
+
+  uint64_t bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bytes_;
+  }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kept_.size();
   }
 
  private:
@@ -53,11 +100,36 @@ class Memo {
     Key key;
     std::shared_future<std::shared_ptr<const V>> value;
     uint64_t id;
+    uint64_t bytes;  // 0 until made
   };
-  std::mutex mu_;
+  using Iter = typename std::list<Entry>::iterator;
+
+  static uint64_t weigh(const std::shared_ptr<const V>& v) {
+    if constexpr (Budget > 0) return v ? v->bytes() : 0;
+    return 0;
+  }
+  void account(int64_t bytes, int64_t entries) {
+    if (!weight_) return;
+    weight_->bytes.fetch_add(uint64_t(bytes), std::memory_order_relaxed);
+    weight_->entries.fetch_add(uint64_t(entries), std::memory_order_relaxed);
+  }
+  void drop(Iter it) {
+    bytes_ -= it->bytes;
+    account(-int64_t(it->bytes), -1);
+    at_.erase(it->key);
+    kept_.erase(it);
+  }
+  // Readers waiting on a dropped value still get it: they hold its future.
+  void evict() {
+    while (kept_.size() > Keep || (Budget > 0 && bytes_ > Budget && kept_.size() > 1)) drop(std::prev(kept_.end()));
+  }
+
+  mutable std::mutex mu_;
   std::list<Entry> kept_;  // most recently used first
-  std::map<Key, typename std::list<Entry>::iterator> at_;
+  std::map<Key, Iter> at_;
   uint64_t made_ = 0;
+  uint64_t bytes_ = 0;
+  MemoWeight* weight_;
 };
 
 }  // namespace zm::view

@@ -11,6 +11,7 @@
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/file.h"
+#include "zeromount/view/memo.h"
 
 namespace zm::view {
 
@@ -276,7 +277,9 @@ std::string View::stats_text(const Caller& who) const {
   std::string s = "tags_served " + std::to_string(served) + "\ntags_refused " + std::to_string(refused) +
                   "\ntags_after_mount " + std::to_string(g.tags_after_mount) + "\ntags_deleted " +
                   std::to_string(g.tags_deleted) + "\nbytes_from_shards " + std::to_string(files_.bytes_read()) +
-                  "\nrequests " + std::to_string(requests) + "\ninodes " + std::to_string(tree_.size()) + "\n";
+                  "\nrequests " + std::to_string(requests) + "\ninodes " + std::to_string(tree_.size()) +
+                  "\nplans_kept " + std::to_string(plan_weight().entries.load(std::memory_order_relaxed)) +
+                  "\nplan_bytes " + std::to_string(plan_weight().bytes.load(std::memory_order_relaxed)) + "\n";
   for (const auto& [reader, c] : g.readers)  // another user's processes are theirs to know
     if (const uint64_t bytes = c->bytes.load(std::memory_order_relaxed);
         bytes && (who.uid == 0 || reader.first == who.uid))

@@ -209,6 +209,14 @@ const Node* DcpPlan::names_node(pt::Arena& a, uint32_t group) const {
   return build::str_list(a, names);
 }
 
+uint64_t DcpPlan::bytes() const {
+  uint64_t n = sizeof(*this) + metadata_.capacity() + kept_bytes(groups_) + kept_bytes(sources_) + kept_bytes(sizes_) +
+               kept_bytes(pieces_);
+  for (const auto& g : groups_) n += kept_bytes(g.hypers) + kept_bytes(g.params);
+  for (const auto& p : pieces_) n += kept_bytes(p);
+  return n;
+}
+
 pt::VirtualFile DcpPlan::build(size_t file) const {
   const MountedTag& t = *tag_;
   const ds::TagIndex& ix = *t.index;
@@ -272,7 +280,7 @@ namespace {
 // The plans of the DCP folders looked into last, process-wide: anyone may look up any number of
 // them, so the tree keeps how to make a plan again, never the plan.
 std::shared_ptr<const DcpPlan> plan_of(const MountedTag& t, DcpShape shape) {
-  static Memo<std::pair<const MountedTag*, DcpShape>, DcpPlan, 8> memo;
+  static Memo<std::pair<const MountedTag*, DcpShape>, DcpPlan, 8, kPlanBudget> memo(&plan_weight());
   return memo.get({&t, shape}, [&] { return std::make_shared<const DcpPlan>(t, shape); });
 }
 

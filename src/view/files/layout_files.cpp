@@ -2,6 +2,8 @@
 // (docs/fake-layouts-plan.md §3 lists every key, in order, and where each value comes from).
 #include "zeromount/view/files/layout_files.h"
 
+#include "zeromount/view/memo.h"
+
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -130,19 +132,29 @@ void LayoutTag::check_module() const {
 }
 
 const pt::PtFile& LayoutTag::source_model() const {
-  std::call_once(loaded_, [this] {
-    const ds::TagIndex& ix = *tag_.index;
-    model_ = shared_source(tag_);
-    // Stage 1/2 and BF16_Optimizer sources keep every frozen param in 'module' (stage 1 and BF16
-    // have no frozen_param_fragments); stage 3 only in its fragments.
-    frozen_ = ix.stage == 3 || ix.module_frozen.empty() ? ix.frozen : ix.module_frozen;
-  });
+  std::call_once(loaded_, [this] { model_ = shared_source(tag_); });
   return *model_;
 }
 
 const std::vector<ds::PlainTensor>& LayoutTag::frozen() const {
-  source_model();
-  return frozen_;
+  // Stage 1/2 and BF16_Optimizer sources keep every frozen param in 'module' (stage 1 and BF16
+  // have no frozen_param_fragments); stage 3 only in its fragments. The index's own list: a plan
+  // keeps no copy.
+  const ds::TagIndex& ix = *tag_.index;
+  return ix.stage == 3 || ix.module_frozen.empty() ? ix.frozen : ix.module_frozen;
+}
+
+uint64_t LayoutTag::bytes() const {
+  // What this plan keeps beyond the index and the shared source pickle (shared_source): the plan's
+  // vectors by capacity, and the name index (a hash node: the pair and a next pointer; a bucket).
+  uint64_t n = sizeof(*this);
+  for (const auto& g : plan_.groups)
+    n += sizeof(g) + kept_bytes(g.params) + kept_bytes(g.offsets) + kept_bytes(g.flat) + kept_bytes(g.flat_offsets);
+  for (const auto& s : plan_.sub_groups) n += sizeof(s) + kept_bytes(s.params) + kept_bytes(s.offsets);
+  for (const auto& g : plan_.group_sub_groups) n += sizeof(g) + kept_bytes(g);
+  n += by_name_.size() * (sizeof(decltype(by_name_)::value_type) + sizeof(void*)) +
+       by_name_.bucket_count() * sizeof(void*);
+  return n;
 }
 
 size_t LayoutTag::param_index(const std::string& name) const {

@@ -25,9 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The partition plans of a layouts/ folder's targets, the few used last kept. A plan costs
-// O(params) of memory (about 350 KB for 3,000 parameters) and anyone may look up any number of
-// target names, so what the tree keeps is how to make a plan again, never the plan itself.
+// The partition plans of a layouts/ folder's targets, the few used last kept, within kPlanBudget
+// bytes. A plan costs O(params) of memory and anyone may look up any number of target names, so
+// what the tree keeps is how to make a plan again, never the plan itself.
 class Plans {
  public:
   static constexpr size_t kKeep = 8;
@@ -42,7 +42,7 @@ class Plans {
   }
 
  private:
-  mutable Memo<std::pair<const MountedTag*, std::string>, LayoutTag, kKeep> memo_;
+  mutable Memo<std::pair<const MountedTag*, std::string>, LayoutTag, kKeep, kPlanBudget> memo_{&plan_weight()};
 };
 
 // The rank files of one tag folder of a target: named on demand, built on open.

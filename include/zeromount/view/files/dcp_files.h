@@ -39,6 +39,7 @@ class DcpPlan {
   size_t files() const { return sizes_.size(); }
   uint64_t file_size(size_t k) const { return sizes_.at(k); }
   pt::VirtualFile build(size_t file) const;
+  uint64_t bytes() const;  // what the plan keeps (the plan cache's weight)
 
   // Where a tensor's bytes come from: a model tensor, a partitioned optimizer state, a per-group
   // value stored as a tensor ('step'), or a pickled object (a hyper-parameter, a group's names).

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -54,6 +55,8 @@ class LayoutTag {
   size_t param_index(const std::string& name) const;  // index into TagIndex::params, or npos
   // Frozen parameters, full, in the source's stored dtype.
   const std::vector<ds::PlainTensor>& frozen() const;
+  // What the plan keeps, in bytes (the plan cache's weight; .zeromount/stats sums them).
+  uint64_t bytes() const;
 
  private:
   bool zero3() const { return plan_.target.stage == ds::TargetStage::Zero3; }
@@ -68,11 +71,10 @@ class LayoutTag {
   // constructor may read from it.
   mutable std::once_flag loaded_;
   mutable std::shared_ptr<const pt::PtFile> model_;  // shared by every plan of the tag (shared_source)
-  mutable std::vector<ds::PlainTensor> frozen_;
   ds::SourceOptions options_;
   ds::PartitionPlan plan_;
-  std::unordered_map<std::string, size_t> by_name_;
-  mutable std::mutex sized_mu_;  // guards what size() keeps:
+  std::unordered_map<std::string_view, size_t> by_name_;  // views of the index's names
+  mutable std::mutex sized_mu_;                           // guards what size() keeps:
   mutable std::optional<pt::PtRecords> records_[3];
   mutable std::map<std::pair<size_t, size_t>, uint64_t> sizes_;  // (kind, name length) -> size
 };

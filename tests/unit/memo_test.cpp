@@ -1,0 +1,65 @@
+// The plan cache (view/memo.h): bounded by entries and, with a budget, by the bytes its values
+// say they keep (issue 29), with .zeromount/stats' sums kept in step.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "zeromount/view/memo.h"
+
+namespace zm {
+namespace {
+
+struct Weighed {
+  uint64_t size;
+  uint64_t bytes() const { return size; }
+};
+
+TEST(Memo, KeepsTheMostRecentlyUsedWithinItsByteBudget) {
+  view::MemoWeight weight;
+  {
+    view::Memo<int, Weighed, 8, 100> memo(&weight);
+    int made = 0;
+    auto get = [&](int k, uint64_t size) {
+      return memo.get(k, [&] {
+        ++made;
+        return std::make_shared<const Weighed>(Weighed{size});
+      });
+    };
+    get(1, 40);
+    get(2, 40);
+    EXPECT_EQ(memo.bytes(), 80u);
+    get(1, 40);  // used again: 2 is now the least recently used
+    get(3, 40);  // 120 > 100: 2 goes
+    EXPECT_EQ(memo.size(), 2u);
+    EXPECT_EQ(memo.bytes(), 80u);
+    EXPECT_EQ(weight.bytes.load(), 80u);
+    EXPECT_EQ(weight.entries.load(), 2u);
+    EXPECT_EQ(made, 3);
+    get(1, 40);
+    EXPECT_EQ(made, 3) << "1 was kept";
+    get(2, 40);
+    EXPECT_EQ(made, 4) << "2 was dropped and is made again";
+    // One value larger than the whole budget is served and kept alone, until the next one.
+    auto big = get(4, 500);
+    EXPECT_EQ(big->size, 500u);
+    EXPECT_EQ(memo.size(), 1u);
+    EXPECT_EQ(weight.bytes.load(), 500u);
+  }
+  EXPECT_EQ(weight.bytes.load(), 0u) << "a cache that goes gives back its weight";
+  EXPECT_EQ(weight.entries.load(), 0u);
+}
+
+TEST(Memo, KeepsAtMostKeepEntriesAndForgetsFailures) {
+  view::Memo<std::string, Weighed, 2> memo;
+  for (const char* k : {"a", "b", "c"}) memo.get(k, [] { return std::make_shared<const Weighed>(Weighed{1}); });
+  EXPECT_EQ(memo.size(), 2u);
+  EXPECT_EQ(memo.bytes(), 0u) << "no budget: nothing is weighed";
+  EXPECT_THROW(memo.get("x", []() -> std::shared_ptr<const Weighed> { throw std::runtime_error("no"); }),
+               std::runtime_error);
+  EXPECT_EQ(memo.size(), 1u) << "a failed computation is not kept (while it ran, it took the oldest one's place)";
+  EXPECT_EQ(memo.get("x", [] { return std::make_shared<const Weighed>(Weighed{7}); })->size, 7u);
+}
+
+}  // namespace
+}  // namespace zm
