@@ -64,9 +64,59 @@ std::string chosen_tag_dir(const ds::CheckpointDir& dir, const std::string& ckpt
 
 }  // namespace
 
+namespace {
+
+// A run folder (a Trainer's output_dir): no tags of its own, checkpoint folders one level below,
+// each as (name, its tags), in name order; empty for anything else.
+std::vector<std::pair<std::string, ds::CheckpointDir>> run_checkpoints(const ds::CheckpointDir& dir) {
+  std::vector<std::pair<std::string, ds::CheckpointDir>> out;
+  if (dir.root_is_tag || !dir.tags.empty() || dir.latest) return out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir.root, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code bad;
+    if (it->is_symlink(bad) || !it->is_directory(bad) || !ds::holds_tag_folder(it->path().string())) continue;
+    out.emplace_back(it->path().filename().string(), ds::scan_checkpoint(it->path().string()));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
+// inspect of a run folder without --tag: its checkpoint folders and their tags, and how to name one.
+int inspect_run(const std::string& ckpt, const std::vector<std::pair<std::string, ds::CheckpointDir>>& runs,
+                bool json) {
+  std::string o = json ? "{\"run_folder\":true,\"checkpoints\":[" : "";
+  if (!json)
+    o = ckpt + ": a run folder (a Trainer's output_dir) with " + std::to_string(runs.size()) +
+        " checkpoint folder(s); pass --tag FOLDER/TAG for one of them\n";
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const auto& [name, d] = runs[k];
+    if (json) {
+      o += std::string(k ? "," : "") + "{\"folder\":" + pt::json_escape(name) +
+           ",\"latest\":" + (d.latest ? pt::json_escape(*d.latest) : std::string("null")) + ",\"tags\":[";
+      for (size_t t = 0; t < d.tags.size(); ++t) o += (t ? "," : "") + pt::json_escape(d.tags[t]);
+      o += "]}";
+    } else {
+      o += "  " + name + "  " + (d.tags.empty() ? std::string("(no tag folder)") : tags_here(d)) +
+           (d.latest ? "  latest: " + pt::quoted(*d.latest) : std::string()) + "\n";
+    }
+  }
+  std::cout << o << (json ? "]}\n" : "");
+  return 0;
+}
+
+}  // namespace
+
 int inspect(const std::string& ckpt, const std::string& tag, bool json, const std::string& layout) {
   const auto target = layout.empty() ? std::nullopt : std::optional(layout_named("--layout", layout));
-  const auto index = ds::index_tag(chosen_tag_dir(ds::scan_checkpoint(ckpt), ckpt, tag));
+  const ds::CheckpointDir dir = ds::scan_checkpoint(ckpt);
+  // A run folder's tag is named by its path below it, as --html names it: checkpoint-4/global_step4.
+  if (const auto runs = run_checkpoints(dir); !runs.empty()) {
+    const auto slash = tag.find('/');
+    if (tag.empty()) return inspect_run(ckpt, runs, json);
+    if (slash != std::string::npos)
+      return inspect((fs::path(dir.root) / tag.substr(0, slash)).string(), tag.substr(slash + 1), json, layout);
+  }
+  const auto index = ds::index_tag(chosen_tag_dir(dir, ckpt, tag));
   if (target)
     std::cout << (json ? layout_json(*index, *target) : layout_table(*index, *target));
   else

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -169,6 +170,8 @@ int main(int argc, char** argv) {
     if (m.mountpoint.empty())
       throw zm::cli::UsageError("no MOUNTPOINT: zeromount SRC MNT [-o ...] mounts SRC on MNT (zeromount --help)");
     m.fuse_opts = take_own_opts(split_opts(raw_opts), m);
+    // The daemon changes to / when it detaches: a relative --log-file means the caller's folder.
+    if (!m.log_file.empty()) m.log_file = std::filesystem::absolute(m.log_file).string();
     return zm::cli::mount(m);
   } catch (const zm::cli::UsageError& e) {
     std::cerr << "zeromount: " << e.what() << "\n";

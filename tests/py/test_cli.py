@@ -181,6 +181,38 @@ def test_log_file_gets_the_daemon_log(tmp_path):
     assert "ENOENT" in text
 
 
+def test_a_relative_log_file_is_the_callers_not_the_daemons(tmp_path):
+    """The daemon changes to / when it detaches: `--log-file zm.log` is still the caller's folder's."""
+    mnt = tempfile.mkdtemp(dir=str(tmp_path))
+    r = subprocess.run([ZEROMOUNT, "--log-file", "zm.log", SRC, mnt], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    try:
+        os.listdir(mnt)
+    finally:
+        unmount(mnt)
+    assert "mounted " in (tmp_path / "zm.log").read_text()
+    assert not os.path.exists("/zm.log")
+
+
+def test_inspect_of_a_run_folder_lists_its_checkpoints_and_takes_a_nested_tag():
+    run = os.path.join(FIXTURES, "hf", "gpt2_z2", "run")
+    r = subprocess.run([ZEROMOUNT, "inspect", run], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "a run folder" in r.stdout and "checkpoint-2  global_step2" in r.stdout and "global_step4" in r.stdout
+    js = json.loads(subprocess.run([ZEROMOUNT, "inspect", run, "--json"], capture_output=True, text=True,
+                                   check=True).stdout)
+    assert js["run_folder"] is True
+    assert [(c["folder"], c["tags"], c["latest"]) for c in js["checkpoints"]] == [
+        ("checkpoint-2", ["global_step2"], "global_step2"), ("checkpoint-4", ["global_step4"], "global_step4")]
+    text = subprocess.run([ZEROMOUNT, "inspect", run, "--tag", "checkpoint-4/global_step4"], capture_output=True,
+                          text=True, check=True).stdout
+    assert "global_step4" in text.splitlines()[0]
+    one = json.loads(subprocess.run([ZEROMOUNT, "inspect", run, "--tag", "checkpoint-2/global_step2", "--json"],
+                                    capture_output=True, text=True, check=True).stdout)
+    assert one["tag"] == "global_step2" and one["dir"].endswith("checkpoint-2/global_step2")
+
+
 def test_a_source_without_zero_checkpoint_mounts_with_a_warning(tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.txt").write_text("x")

@@ -23,6 +23,10 @@ struct MountedTag {
   const pt::ExtentReader* crc_source = nullptr;
   // An extent of the index (shard-relative) as an extent of the view's file table.
   pt::Extent map(const pt::Extent& e) const { return {file_of_shard.at(e.file), e.offset, e.length}; }
+  // map() as a function object, for what takes a ds::ExtentMap (the tag must outlive it).
+  auto mapper() const {
+    return [this](const pt::Extent& e) { return map(e); };
+  }
   // The trainable parameters in the order of the model-state file's `module` (ds::module_order),
   // read the first time it is asked for and then kept, so that what is laid out from it (a report
   // page sized at stat, then built) agrees even if that file is deleted or rewritten meanwhile.

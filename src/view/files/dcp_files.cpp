@@ -168,8 +168,7 @@ DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
                                                                      ix.scalar_names[k]};
           // Kept whole, as stored ('step' is a 0-d tensor for torch's Adam, a number for others).
           pt::Arena a;
-          auto chunks =
-              object({Source::Scalar, p, k}, ds::step_value_node(a, v, [&t](const pt::Extent& e) { return t.map(e); }));
+          auto chunks = object({Source::Scalar, p, k}, ds::step_value_node(a, v, t.mapper()));
           if (v.kind == ds::StepValue::Tensor) {
             chunks[0].sizes = v.shape;
             chunks[0].offsets.assign(v.shape.size(), 0);
@@ -244,8 +243,7 @@ pt::VirtualFile DcpPlan::build(size_t file) const {
         whole.append_zero(pt::numel(w.shape) * 4);
         break;
       case Source::Scalar:
-        node = ds::step_value_node(a, ix.scalars.at(size_t(ix.params.at(s.index).step)).at(s.k),
-                                   [&t](const pt::Extent& e) { return t.map(e); });
+        node = ds::step_value_node(a, ix.scalars.at(size_t(ix.params.at(s.index).step)).at(s.k), t.mapper());
         break;
       case Source::Hyper:
         node = groups_.at(s.index).hypers.at(s.k).second;

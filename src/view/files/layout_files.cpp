@@ -90,9 +90,12 @@ std::shared_ptr<const pt::PtFile> shared_source(const MountedTag& tag) {
   std::lock_guard<std::mutex> lock(mu);  // plans are made one at a time anyway (the tree's lock)
   std::weak_ptr<const pt::PtFile>& slot = decoded[&tag];
   if (auto kept = slot.lock()) return kept;
-  std::shared_ptr<const pt::PtFile> made = pt::load_pt(tag.index->model_files.at(0));
+  std::shared_ptr<pt::PtFile> made = pt::load_pt(tag.index->model_files.at(0));
+  // Its bytes are read through the view's file table: the descriptor is not kept open with the tree.
+  made->file = pt::File();
   g_decodes.fetch_add(1, std::memory_order_relaxed);
   slot = made;
+  std::erase_if(decoded, [](const auto& e) { return e.second.expired(); });  // tags whose plans are gone
   return made;
 }
 

@@ -70,7 +70,7 @@ void add_torch_layout(Tree& tree, uint64_t dir, const MountedTag& t, TorchLayout
 pt::VirtualFile torch_optimizer_file(const MountedTag& t) {
   const ds::TagIndex& ix = *t.index;
   const auto groups = ds::torch_groups(ix);
-  const ds::ExtentMap map = [&t](const pt::Extent& e) { return t.map(e); };
+  const ds::ExtentMap map = t.mapper();
   pt::Arena a;
   Node* state = build::dict(a);
   Node* param_groups = build::list(a, {});

@@ -22,7 +22,7 @@ pt::PtOptions stem(const MountedTag& t, const char* name) {
 }
 
 const Node* scalar_node(pt::Arena& a, const MountedTag& t, const ds::StepValue& s) {
-  return ds::step_value_node(a, s, [&t](const pt::Extent& e) { return t.map(e); });
+  return ds::step_value_node(a, s, t.mapper());
 }
 
 // One rank's local state, in view file ids, for the computed merges.
