@@ -92,6 +92,22 @@ def test_weights_folders_hold_config_and_the_live_masters():
         assert torch.equal(as_torch(st["lm_head.weight"], torch.float32), masters["transformer.wte.weight"])
 
 
+def test_a_tokenizer_copied_in_after_the_listing_joins_the_weights_folders(tmp_path):
+    """Users copy tokenizer and config files into a checkpoint folder after the save: the weights
+    folders (what from_pretrained reads) show them once the checkpoint folder has seen them."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    with mount(str(run), "-o", "rescan=0.2") as m:
+        d = f"{m}/checkpoint-2/global_step2_fp32"
+        assert "tokenizer_config.json" not in os.listdir(d)
+        (run / "checkpoint-2" / "tokenizer_config.json").write_text('{"model_max_length": 1024}')
+        assert listdir_until(f"{m}/checkpoint-2", "tokenizer_config.json"), "the checkpoint folder shows it"
+        assert "tokenizer_config.json" in os.listdir(d)
+        assert open(f"{d}/tokenizer_config.json").read() == '{"model_max_length": 1024}'
+        assert "tokenizer_config.json" in os.listdir(f"{m}/checkpoint-2/global_step2_fp32")
+        assert "model.safetensors" in os.listdir(d)
+
+
 def test_a_bf16_run_has_weights_in_its_training_precision():
     run = os.path.join(HF, "llama_z2_bf16", "run")
     with mount(run) as m:

@@ -154,6 +154,10 @@ class Provider {
   virtual void add_run(ProviderContext& cx) const {}
   // Adds mount-wide entries at the root (e.g. .zeromount/), once.
   virtual void add_mount(Tree& tree, const LiveSource& live) const {}
+  // A real entry `entry` of the checkpoint folder appeared after its made-up folders were added (a
+  // config.json or tokenizer file copied in after the save): a kind whose folders carry such
+  // entries (copy_real_entries) adds it to them too.
+  virtual void add_real(Tree& tree, const CheckpointFolder& folder, const Inode& entry) const {}
 };
 
 // Every kind, in the order their folders are added. The one place where kinds are registered.

@@ -59,6 +59,18 @@ class WeightsProvider final : public Provider {
     if (plan->sharded()) cx.add_text(d, "model.safetensors.index.json", weights_index(*plan), mtime);
   }
 
+  void add_real(Tree& tree, const CheckpointFolder& folder, const Inode& entry) const override {
+    if (!model_file(entry)) return;
+    std::vector<uint64_t> mine;  // this kind's folders beside the tags
+    for (uint64_t c : tree.get(folder.ino())->folder().children)
+      if (const Inode* n = tree.get(c); n->made_by == this && n->is_dir()) mine.push_back(c);
+    for (uint64_t d : mine)
+      if (!tree.lookup(d, entry.name)) {
+        tree.add_copy(d, entry);
+        tree.set_growing(d, true);  // its listing changed: the kernel may no longer keep it
+      }
+  }
+
  private:
   // "" when this tag has no such folder.
   std::string folder_suffix(const ds::TagIndex& ix) const {
