@@ -12,12 +12,12 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <tuple>
 
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_writer.h"
 #include "zeromount/view/provider.h"
+#include "zeromount/view/worker_pool.h"
 
 namespace zm::view {
 
@@ -162,27 +162,21 @@ ExportResult export_view(const View& v, const std::string& out, const ExportOpti
     uint64_t total = 0;
     for (const auto& f : files)
       if (f.link_to.empty()) total += uint64_t(v.attr(*f.node).st_size);
-    std::atomic<size_t> next{0};
     std::atomic<uint64_t> done{0};
-    std::mutex err_mu;
-    std::exception_ptr err;
-    auto worker = [&] {
-      std::string buf(o.chunk, '\0');
-      for (size_t k; (k = next.fetch_add(1)) < files.size();) {
-        if (!files[k].link_to.empty()) continue;
-        try {
-          copy_file(v, files[k], buf, done, o, total);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(err_mu);
-          if (!err) err = std::current_exception();
-          next = files.size();  // stop the others
-        }
+    std::mutex buf_mu;
+    std::vector<std::string> bufs;  // o.chunk bytes each, one per worker at a time
+    parallel_for(files.size(), std::max(1u, o.threads), [&](size_t k) {
+      if (!files[k].link_to.empty()) return;
+      std::string buf;
+      {
+        std::lock_guard<std::mutex> lock(buf_mu);
+        if (!bufs.empty()) buf = std::move(bufs.back()), bufs.pop_back();
       }
-    };
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < std::max(1u, o.threads); ++t) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
-    if (err) std::rethrow_exception(err);
+      buf.resize(o.chunk);
+      copy_file(v, files[k], buf, done, o, total);
+      std::lock_guard<std::mutex> lock(buf_mu);
+      bufs.push_back(std::move(buf));
+    });
     for (const auto& f : files)
       if (!f.link_to.empty() && ::link(f.link_to.c_str(), f.path.c_str()) != 0)
         throw Error(f.path + ": cannot link: " + strerror(errno), errno);

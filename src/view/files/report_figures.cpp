@@ -15,6 +15,7 @@
 #include "zeromount/pt/pt_file.h"
 #include "zeromount/view/files/report.h"
 #include "zeromount/view/memo.h"
+#include "zeromount/view/worker_pool.h"
 
 namespace zm::view {
 
@@ -99,30 +100,9 @@ ParamFigures param_figures(const MountedTag& t, const ds::Param& p, const pt::Ex
   return f;
 }
 
-// Runs f(k) for k in [0, n) on a few threads: a pass is bound by reading and arithmetic alike.
-template <typename F>
-void parallel_for(size_t n, F f) {
-  const size_t workers = std::min<size_t>(n, std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4));
-  std::atomic<size_t> next{0};
-  std::exception_ptr failed;
-  std::mutex mu;
-  auto work = [&] {
-    try {
-      for (size_t k; (k = next.fetch_add(1)) < n;) f(k);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!failed) failed = std::current_exception();
-      next = n;
-    }
-  };
-  {
-    // jthreads join when destroyed: a thread that cannot be started (EAGAIN) leaves the others
-    // to finish, and its error reaches the reader instead of ending the daemon.
-    std::vector<std::jthread> threads;
-    for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
-    work();
-  }
-  if (failed) std::rethrow_exception(failed);
+// A pass is bound by reading and arithmetic alike: a few threads.
+size_t figure_workers() {
+  return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
 }
 
 std::shared_ptr<const TagFigures> compute_tag(const MountedTag& t, const pt::ExtentReader& src) {
@@ -133,7 +113,7 @@ std::shared_ptr<const TagFigures> compute_tag(const MountedTag& t, const pt::Ext
   std::mutex mu;
   std::vector<std::unique_ptr<Scratch>> free;
   std::atomic<uint64_t> bytes{0};
-  parallel_for(ix.params.size(), [&](size_t k) {
+  parallel_for(ix.params.size(), figure_workers(), [&](size_t k) {
     std::unique_ptr<Scratch> s;
     {
       std::lock_guard<std::mutex> lock(mu);

@@ -12,10 +12,13 @@ OUT=/tmp/oracle/out32
 mkdir -p "$R/zm/tests/fixtures" "$OUT"
 mountpoint -q "$R/zm/tests/fixtures" || mount --bind "$ZM/tests/fixtures" "$R/zm/tests/fixtures"
 ROWS=()
-# muon_run.py as shipped, plus: ZM_UNIVERSAL=1 in the environment loads with checkpoint.load_universal.
-sed 's/^cfg = oc.ds_config(a.stage, "fp32")$/&\nif os.environ.get("ZM_UNIVERSAL"): cfg.setdefault("checkpoint", {})["load_universal"] = True/' \
+# muon_run.py as shipped, plus: ZM_UNIVERSAL=1 in the environment loads with checkpoint.load_universal,
+# and the masters after the next step are saved beside the result (<row>.next.pt), to compare bitwise.
+sed -e 's/^cfg = oc.ds_config(a.stage, "fp32")$/&\nif os.environ.get("ZM_UNIVERSAL"): cfg.setdefault("checkpoint", {})["load_universal"] = True/' \
+  -e 's/^\( *\)nxt = fp32(); worst = 0.0$/&\n\1rank == 0 and torch.save(nxt, a.result[:-5] + ".next.pt")/' \
   /tmp/oracle/harness/muon_run.py >/tmp/oracle/harness/muon_run_zm.py
-grep -q ZM_UNIVERSAL /tmp/oracle/harness/muon_run_zm.py || { echo "muon_run.py changed: update o32.sh"; exit 1; }
+grep -q ZM_UNIVERSAL /tmp/oracle/harness/muon_run_zm.py && grep -q next.pt /tmp/oracle/harness/muon_run_zm.py ||
+  { echo "muon_run.py changed: update o32.sh"; exit 1; }
 
 zm_mount() {  # SRC (host path) NAME: mounts SRC at $R/zm-mnt/NAME
   mkdir -p "$R/zm-mnt/$2"
@@ -57,10 +60,11 @@ for src in muon_z1_ws2 muon_z2_ws2; do
   fusermount3 -u "$R/zm-mnt/$src"
 done
 
-python3 - "${ROWS[@]}" <<'PY'
+/usr/bin/python3 - "${ROWS[@]}" <<'PY'
 import json, os, sys
-print("| case | ranks | load stage | loaded from | masters at load | next step vs the uninterrupted run |")
-print("|---|---|---|---|---|---|")
+import torch
+print("| case | ranks | load stage | loaded from | masters at load | next step vs the uninterrupted run | next step vs a load of DeepSpeed's own files at the same ranks |")
+print("|---|---|---|---|---|---|---|")
 for row in sys.argv[1:]:
     name, n, stage, d = row.split("|")
     p = f"/tmp/oracle/out32/{name}.json"
@@ -71,5 +75,13 @@ for row in sys.argv[1:]:
         continue
     at = "bit-equal" if not r["mismatches"] else f"{len(r['mismatches'])} differ"
     nxt = "bit-equal" if r["next_step_equal"] else f"max rel. diff {r['next_step_max_rel_diff']:.3g}"
-    print(f"| {name} | {n} | ZeRO-{stage} | `{d}` | {at} | {nxt} |")
+    # The real files were saved at 2 ranks: a load of them at the same stage is the floor.
+    src, own = name.split("-")[0], "z" + name.split("_")[1][1]
+    real = f"/tmp/oracle/out32/{src}-real-{own}-dp2.next.pt"
+    mine = p[:-5] + ".next.pt"
+    vs = "-"
+    if n == "2" and "-real-" not in name and os.path.exists(real) and os.path.exists(mine):
+        a, b = torch.load(mine), torch.load(real)
+        vs = "bit-equal" if all(torch.equal(a[k], b[k]) for k in b) else "differs"
+    print(f"| {name} | {n} | ZeRO-{stage} | `{d}` | {at} | {nxt} | {vs} |")
 PY
