@@ -39,7 +39,7 @@ struct Shape {
 
 }  // namespace
 
-uint64_t dcp_chunks(const MountedTag& t, DcpShape shape) {
+uint64_t dcp_chunks(const MountedTag& t, DcpShape shape, const std::vector<WeightTensor>* weights) {
   const ds::TagIndex& ix = *t.index;
   const auto world = uint64_t(std::max(shape.world, 1));
   const auto cut = [&](const std::vector<int64_t>& dims) {
@@ -47,7 +47,7 @@ uint64_t dcp_chunks(const MountedTag& t, DcpShape shape) {
   };
   uint64_t n = 0;
   if (shape.model)
-    for (const WeightTensor& w : weight_tensors(t, Weights::Master)) n += cut(*w.shape);
+    for (const WeightTensor& w : weights ? *weights : weight_tensors(t, Weights::Master)) n += cut(*w.shape);
   if (shape.optimizer)
     for (const ds::Param& p : ix.params)
       n += cut(p.shape) * std::max<uint64_t>(ix.state_names.size() - 1, 2) + ix.scalar_names.size() + 1;  // a bound
@@ -57,7 +57,10 @@ uint64_t dcp_chunks(const MountedTag& t, DcpShape shape) {
 DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
   const ds::TagIndex& ix = *t.index;
   if (const std::string why = ds::torch_state_refusal(ix); !why.empty()) throw Error(ix.dir + ": " + why, ENOTSUP);
-  if (const uint64_t n = dcp_chunks(t, shape); n > kMaxDcpChunks)
+  // The model's tensors, listed once: the bound on chunks and the items are made from them.
+  const std::vector<WeightTensor> weights =
+      shape.model ? weight_tensors(t, Weights::Master) : std::vector<WeightTensor>{};
+  if (const uint64_t n = dcp_chunks(t, shape, &weights); n > kMaxDcpChunks)
     throw Error(ix.dir + ": a DCP checkpoint of " + std::to_string(n) + " chunks at " + std::to_string(shape.world) +
                     " ranks: more than the " + std::to_string(kMaxDcpChunks) +
                     " a folder may hold here (its plan and .metadata grow with them)",
@@ -135,7 +138,6 @@ DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
   };
 
   if (shape.model) {
-    const std::vector<WeightTensor> weights = weight_tensors(t, Weights::Master);
     std::vector<std::vector<pt::dcp::Chunk>> chunks(weights.size());
     for (size_t k = 0; k < weights.size(); ++k) {
       const WeightTensor& w = weights[k];

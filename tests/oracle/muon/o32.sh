@@ -75,9 +75,8 @@ for row in sys.argv[1:]:
         continue
     at = "bit-equal" if not r["mismatches"] else f"{len(r['mismatches'])} differ"
     nxt = "bit-equal" if r["next_step_equal"] else f"max rel. diff {r['next_step_max_rel_diff']:.3g}"
-    # The real files were saved at 2 ranks: a load of them at the same stage is the floor.
-    src, own = name.split("-")[0], "z" + name.split("_")[1][1]
-    real = f"/tmp/oracle/out32/{src}-real-{own}-dp2.next.pt"
+    # The real files were saved at 2 ranks: a load of them at the same ranks and stage is the floor.
+    real = f"/tmp/oracle/out32/{name.split('-')[0]}-real-z{stage}-dp2.next.pt"
     mine = p[:-5] + ".next.pt"
     vs = "-"
     if n == "2" and "-real-" not in name and os.path.exists(real) and os.path.exists(mine):

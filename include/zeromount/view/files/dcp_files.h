@@ -10,6 +10,7 @@
 #include "zeromount/ds/torch_state.h"
 #include "zeromount/pt/dcp.h"
 #include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/files/weights.h"
 #include "zeromount/view/mounted_tag.h"
 #include "zeromount/view/tree.h"
 
@@ -27,7 +28,8 @@ struct DcpShape {
 // the most one may hold: its `.metadata` and plan grow with that count, and anyone may look up
 // layouts/fsdp-dp65536, so a folder past the bound is refused, never built (a few hundred bytes
 // of plan and metadata per chunk: 2 million chunks are about 1 GiB).
-uint64_t dcp_chunks(const MountedTag& t, DcpShape shape);
+// `weights`: the tag's weight_tensors(Master) when the caller has them, else listed here.
+uint64_t dcp_chunks(const MountedTag& t, DcpShape shape, const std::vector<WeightTensor>* weights = nullptr);
 inline constexpr uint64_t kMaxDcpChunks = 2'000'000;
 
 // What one DCP folder holds: its items' chunks, data files and sizes. O(tensors x world) small
