@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "zeromount/ds/model_file.h"
 #include "zeromount/ds/optim_file.h"
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/tag_index.h"
@@ -36,40 +37,7 @@ namespace {
 using pt::Kind;
 using pt::Node;
 
-// --- tensors from pieces -------------------------------------------------------------------
-
-using pt::build::Fill;
-
-// File-table extents of elements [from, from + count) of a flat state made of `frags`.
-std::vector<pt::Extent> elements(const MountedTag& t, const std::vector<ds::Fragment>& frags, uint64_t from,
-                                 uint64_t count, uint64_t es) {
-  std::vector<pt::Extent> out = ds::element_extents(frags, from, count, es);
-  for (auto& e : out) e = t.map(e);
-  return out;
-}
-
-// Bytes [from, from + n) of a plain tensor's concatenated extents, in file-table ids.
-std::vector<pt::Extent> plain_bytes(const MountedTag& t, const ds::PlainTensor& p, uint64_t from, uint64_t n) {
-  std::vector<pt::Extent> out;
-  uint64_t at = 0;
-  for (const pt::Extent& e : p.data) {
-    const uint64_t lo = std::max(from, at), hi = std::min(from + n, at + e.length);
-    if (lo < hi) out.push_back(t.map({e.file, e.offset + (lo - at), hi - lo}));
-    at += e.length;
-  }
-  return out;
-}
-
 // --- pickle values --------------------------------------------------------------------------
-
-// The pickle values of DeepSpeed's files: pt's builder vocabulary, and what only these files hold.
-using pt::build::add;
-using pt::build::ordered_dict;
-using pt::build::torch_size;
-
-pt::DType lp_dtype(ds::Precision p) {
-  return p == ds::Precision::Fp32 ? pt::DType::F32 : p == ds::Precision::Bf16 ? pt::DType::BF16 : pt::DType::F16;
-}
 
 std::string stem(const std::string& name) {
   return std::filesystem::path(name).stem().string();
@@ -223,142 +191,13 @@ uint64_t LayoutTag::size(uint64_t k) const {
 // --- model states (plan §3) -----------------------------------------------------------------
 
 const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
-  const ds::TagIndex& ix = *tag_.index;
-  const ds::TargetLayout& tg = target();
-  const pt::DType lp = lp_dtype(tg.precision);
-  const uint64_t W = tg.dp;
-  const pt::PtFile& src = source_model();
-
-  // Module tensors by name: trainable ones view one lp storage per group (zero1/2, bf16opt), or
-  // are empty (zero3); frozen ones are cast to lp; buffers are verbatim. The storage is the lp copy
-  // of the masters, which sit in param order; with round robin the views are in flat order.
-  std::unordered_map<std::string, const Node*> module_tensors;
-  for (const ds::FlatGroup& g : plan_.groups) {
-    pt::Tensor base;
-    base.dtype = lp;
-    base.shape = {int64_t(g.padded)};
-    Fill fill{base};
-    uint64_t at = 0;
-    for (size_t j = 0; j < g.params.size(); ++j) {
-      const ds::Param& p = ix.params[g.params[j]];
-      fill.zero((g.offsets[j] - at) * pt::element_size(lp));
-      fill.values(elements(tag_, ix.fragments(p, 0), 0, p.numel, pt::element_size(ix.master_dtype)), ix.master_dtype,
-                  p.numel);
-      at = g.offsets[j] + p.numel;
-    }
-    fill.zero((g.padded - at) * pt::element_size(lp));
-    const pt::Tensor* storage = a.make_tensor(std::move(base));
-    for (size_t j = 0; j < g.flat.size(); ++j) {
-      const ds::Param& p = ix.params[g.flat[j]];
-      pt::Tensor v;
-      v.dtype = lp;
-      v.shape = p.shape;
-      v.storage_of = storage;
-      v.storage_offset = int64_t(g.flat_offsets[j]);
-      module_tensors[p.name] = a.make_tensor_node(std::move(v));
-    }
-  }
-  auto empty = [&] {
-    pt::Tensor t;
-    t.dtype = lp;
-    t.shape = {0};
-    return a.make_tensor_node(std::move(t));
-  };
-  if (zero3())
-    for (const ds::Param& p : ix.params) module_tensors[p.name] = empty();
-  std::unordered_map<std::string, const Node*> frozen_full;  // zero1/2/bf16opt: lp, full shape
-  Node* frozen_fragments = ordered_dict(a);
-  Node* frozen_shapes = ordered_dict(a);
-  for (const ds::PlainTensor& f : frozen()) {
-    const uint64_t n = f.numel(), es = pt::element_size(f.dtype);
-    add(frozen_shapes, a, f.name.c_str(), torch_size(a, f.shape));
-    if (zero3()) {
-      module_tensors[f.name] = empty();
-      const uint64_t part = ds::zero3_partition(n, W), valid = ds::valid_on_rank(n, part, rank);
-      pt::Tensor t;
-      t.dtype = lp;
-      t.shape = {int64_t(part)};
-      Fill fill{t};
-      fill.values(plain_bytes(tag_, f, part * rank * es, valid * es), f.dtype, valid);
-      fill.zero((part - valid) * pt::element_size(lp));
-      add(frozen_fragments, a, f.name.c_str(), a.make_tensor_node(std::move(t)));
-      continue;
-    }
-    pt::Tensor t;
-    t.dtype = lp;
-    t.shape = f.shape;
-    Fill{t}.values(plain_bytes(tag_, f, 0, n * es), f.dtype, n);
-    const Node* node = a.make_tensor_node(std::move(t));
-    module_tensors[f.name] = frozen_full[f.name] = node;
-    add(frozen_fragments, a, f.name.c_str(), node);  // zero2 shares the module's storage
-  }
-  // Each ZeRO-3 rank keeps its own buffers: at the source's DP size rank r gets rank r's; at any
-  // other, no target rank is a source rank, and every file gets rank 0's (as ZeRO-1/2 files do).
-  const bool own_buffers = zero3() && W == uint64_t(ix.dp) && rank < ix.rank_buffers.size();
-  for (const ds::PlainTensor& b : own_buffers ? ix.rank_buffers[rank] : ix.buffers) {
-    pt::Tensor t;
-    t.dtype = b.dtype;
-    t.shape = b.shape;
-    Fill{t}.values(plain_bytes(tag_, b, 0, b.numel() * pt::element_size(b.dtype)), b.dtype, b.numel());
-    module_tensors[b.name] = a.make_tensor_node(std::move(t));
-  }
-  for (const auto& [alias, canonical] : ix.shared)
-    if (auto it = module_tensors.find(canonical); it != module_tensors.end()) module_tensors[alias] = it->second;
-
-  const Node* src_module = src.root->get("module");  // check_module() said it holds only these
-  Node* module = ordered_dict(a);
-  module->state = src_module->state;  // _metadata
-  for (const auto& [k, v] : src_module->entries) {
-    auto it = k->kind == Kind::Str ? module_tensors.find(k->s) : module_tensors.end();
-    if (it == module_tensors.end())
-      throw Error(ix.model_files.at(0) + ": module entry '" + k->s +
-                      "' is neither a parameter, a frozen parameter nor a buffer of the index",
-                  EIO);
-    module->entries.emplace_back(k, it->second);
-  }
-
-  Node* shapes = pt::build::list(a, {});
-  auto shape_dict = [&](const std::vector<uint32_t>& params) {
-    Node* d = ordered_dict(a);
-    for (uint32_t k : params) add(d, a, ix.params[k].name.c_str(), torch_size(a, ix.params[k].shape));
-    shapes->items.push_back(d);
-  };
-  for (const ds::FlatGroup& g : plan_.groups) shape_dict(g.flat);
-  for (const ds::SubGroup& s : plan_.sub_groups) shape_dict(s.params);
-
-  Node* parallel_dimensions = pt::build::dict(a);
-  add(parallel_dimensions, a, "pp_degree", a.make_int(1));
-  add(parallel_dimensions, a, "tp_degree", a.make_int(1));
-  const bool keeps_frozen = tg.stage == ds::TargetStage::Zero2 || zero3();
-  Node* root = pt::build::dict(a);
-  for (const auto& [k, v] : src.root->entries) {
-    const std::string_view key = k->kind == Kind::Str ? std::string_view(k->s) : std::string_view();
-    const Node* out = v;
-    if (key == "module")
-      out = module;
-    else if (key == "param_shapes")
-      out = shapes;
-    else if (key == "frozen_param_shapes")
-      out = keeps_frozen ? frozen_shapes : pt::build::none(a);
-    else if (key == "frozen_param_fragments")
-      out = keeps_frozen ? frozen_fragments : pt::build::none(a);
-    else if (key == "shared_params" && zero3() && rank != 0)
-      out = pt::build::dict(a);
-    else if (key == "dp_world_size")
-      out = a.make_int(int64_t(W));
-    else if (key == "mp_world_size")
-      out = a.make_int(1);
-    else if (key == "checkpoint_parallel_dimensions")  // a parallel source is presented merged
-      out = parallel_dimensions;
-    root->entries.emplace_back(k, out);
-  }
-  return root;
+  source_model();
+  return ds::model_states_pickle(a, {*tag_.index, plan_, model_->root, frozen(), tag_.mapper()}, rank);
 }
 
 // The optimizer-state files are DeepSpeed's schemas (ds/optim_file.h), over this view's files.
 const pt::Node* LayoutTag::optim_states(uint32_t rank, pt::Arena& a) const {
-  const ds::OptimSource src{*tag_.index, plan_, options_, source_model().root,
-                            [this](const pt::Extent& e) { return tag_.map(e); }};
+  const ds::OptimSource src{*tag_.index, plan_, options_, source_model().root, tag_.mapper()};
   return ds::optim_states_pickle(a, src, rank);
 }
 
