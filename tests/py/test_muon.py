@@ -22,7 +22,8 @@ import dcp_reader
 from conftest import FIXTURES, ZEROMOUNT, mount
 from test_layouts import check_layout
 
-MUON = ["muon_z1_ws2", "muon_z2_ws2"]
+# The two shared fixtures (2 ranks) and a 3-rank ZeRO-2 run made by the same script (tests/fixtures/README.md).
+MUON = ["muon_z1_ws2", "muon_z2_ws2", "muon_z2_ws3"]
 TAG = "global_step2"
 
 
@@ -151,7 +152,7 @@ def test_torch_native_views_carry_the_momentum_buffer(name):
 
 # (source, target): a stage change, DP changes up and down, the source's own layout.
 TARGETS = [("muon_z1_ws2", "zero2-dp3-fp32"), ("muon_z2_ws2", "zero1-dp4-fp32"), ("muon_z2_ws2", "zero2-dp1-fp32"),
-           ("muon_z1_ws2", "zero1-dp5-fp32")]
+           ("muon_z1_ws2", "zero1-dp5-fp32"), ("muon_z2_ws3", "zero1-dp2-fp32"), ("muon_z2_ws3", "zero2-dp7-fp32")]
 
 
 @pytest.mark.parametrize("name,target", TARGETS)
@@ -192,9 +193,9 @@ def test_faked_layouts_recut_the_buffers_by_the_targets_overlap_rule(name, targe
 
 @pytest.mark.parametrize("name", MUON)
 def test_own_layout_equals_the_real_files(name):
-    stage = 1 if "_z1_" in name else 2
+    own = f"zero{name[6]}-dp{name[-1]}-fp32"  # muon_z<stage>_ws<dp>
     with mount(os.path.join(FIXTURES, name, "checkpoint")) as m:
-        check_layout(f"{m}/layouts/zero{stage}-dp2-fp32/{TAG}", name, f"zero{stage}-dp2-fp32", real="checkpoint")
+        check_layout(f"{m}/layouts/{own}/{TAG}", name, own, real="checkpoint")
 
 
 def test_targets_that_cannot_hold_muon_are_refused_with_their_reason():
