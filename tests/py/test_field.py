@@ -226,3 +226,22 @@ def test_an_overwrite_that_restores_the_mtime_is_still_stale(tmp_path):
         with pytest.raises(OSError) as e:
             open(f"{m}/{TAG}_universal/zero/fc1.weight/fp32.pt", "rb").read()
         assert e.value.errno == errno.ESTALE
+
+
+@as_root
+def test_a_tag_restricted_at_the_mount_is_named_on_the_page_across_tags_not_locking_it(tmp_path):
+    """One rule for the page across tags (issue 27 item 10): a tag whose shards fewer users may read
+    is named and left out, whether it was there at the mount or saved later; the page stays the
+    folder's to read, with every other tag on it."""
+    second_user()
+    src = world_readable_copy(tmp_path)
+    shutil.copytree(src / TAG, src / "global_step5")
+    for f in os.listdir(src / "global_step5"):
+        os.chmod(src / "global_step5" / f, 0o600)
+    with mount(str(src), "-o", "allow_other") as m:
+        assert read_as(USER, f"{m}/report.html") == 0, "the page is readable by who may list the folder"
+        page = subprocess.run(["runuser", "-u", USER, "--", "cat", f"{m}/report.html"], capture_output=True,
+                              text=True, timeout=120, check=True).stdout
+        assert "global_step5: its shards are readable by fewer users than this page" in page
+        assert TAG in page
+        assert read_as(USER, f"{m}/global_step5_universal/zero/fc1.weight/fp32.pt") == errno.EACCES
