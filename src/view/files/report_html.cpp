@@ -34,6 +34,18 @@ std::string escape(std::string_view s) {
   return o;
 }
 
+std::string breakable(std::string_view s) {
+  std::string o;
+  for (size_t at = 0; at < s.size();) {
+    const size_t dot = s.find('.', at);
+    const size_t end = dot == std::string_view::npos ? s.size() : dot + 1;
+    o += escape(s.substr(at, end - at));
+    if (end < s.size()) o += "<wbr>";
+    at = end;
+  }
+  return o;
+}
+
 std::string fit(std::string s, size_t width) {
   if (s.size() > width) throw std::logic_error("report layout: '" + s + "' is wider than " + std::to_string(width));
   s.insert(0, width - s.size(), ' ');
@@ -91,9 +103,9 @@ constexpr const char* kStyle = R"(body{font:13px/1.45 system-ui,sans-serif;margi
 h1{font-size:1.45em;margin:.2em 0}h2{font-size:1.15em;margin:1.6em 0 .5em;border-bottom:1px solid #ddd}
 code,.n,.v{font-family:ui-monospace,monospace}p.note{color:#555;max-width:70em}
 table.kv td{padding:1px 14px 1px 0;vertical-align:top}table.kv td:first-child{color:#555;white-space:nowrap}
-.t{display:grid;gap:1px 12px;align-items:center}.r{display:contents}
-.r>*{order:var(--o);white-space:nowrap}.v{text-align:right}
-.h>*{order:-99999999!important;font-weight:600;position:sticky;top:0;background:#fff;border-bottom:1px solid #999}
+.t{display:grid;gap:1px 8px;align-items:center;font-size:12px}.r{display:contents}
+.r>*{order:var(--o);white-space:nowrap}.v{text-align:right}.r>.n{white-space:normal;overflow-wrap:break-word;max-width:24em}
+.h>*{order:-99999999!important;font-weight:600;position:sticky;top:0;background:#fff;border-bottom:1px solid #999;white-space:normal!important;align-self:end}
 .h a{text-decoration:none;color:#36c;padding:0 1px}.b{color:#d00;font-weight:700}
 svg{vertical-align:middle}svg .w{fill:#3a75b0}svg .m{fill:#b0753a}svg .g{fill:#3a75b0}svg .b{fill:#d00}
 svg .l{fill:none;stroke:#3a75b0;stroke-width:1.3}svg circle.g{fill:#3a75b0}svg circle.b{fill:#d00}svg circle.n{display:none}

@@ -13,6 +13,9 @@
 namespace zm::view::html {
 
 std::string escape(std::string_view s);
+// escape(s) with a line-break opportunity (<wbr>) after every '.': a dotted parameter name wraps at
+// its module boundaries in a narrow column.
+std::string breakable(std::string_view s);
 // `s` padded to `width`; a longer `s` is a layout bug (the page's size would change): throws.
 std::string fit(std::string s, size_t width);
 // A bin edge: the float value read back exactly, 16 characters ("%16.9e").

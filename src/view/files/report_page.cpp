@@ -202,7 +202,7 @@ std::string params_section(const ds::TagIndex& ix, const TagFigures* f, const st
     const ParamFigures& pf = f ? f->params[k] : none;
     rows += "<div class=\"r\" style=\"--o:" + html::count(position[k], rw);
     for (size_t c = 0; c < kColumns; ++c) rows += ";--s" + std::to_string(c) + ":" + html::count(rank[c][k], rw);
-    rows += "\"><span class=\"n\" id=\"p" + std::to_string(k) + "\">" + escape(p.name) + "</span><span>" +
+    rows += "\"><span class=\"n\" id=\"p" + std::to_string(k) + "\">" + html::breakable(p.name) + "</span><span>" +
             pt::shape_text(p.shape) + "</span><span>" +
             html::histogram("w", "fp32 weights of " + p.name, f ? &pf.weight_bins : nullptr, cw) + "</span><span>" +
             (has_update(ix, p) ? html::histogram("m", "exp_avg_sq of " + p.name, f ? &pf.moment_bins : nullptr, cw)
