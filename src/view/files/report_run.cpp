@@ -130,7 +130,8 @@ std::string run_report(const std::string& title, const std::vector<NamedTag>& ta
              pt::with_commas(ix.params.size()) + "</td><td>" + pt::with_commas(numel) + "</td></tr>\n";
   }
   table += "</table>\n";
-  for (const auto& why : left_out) table += "<p class=\"note b\">Not shown: " + escape(why) + "</p>\n";
+  std::string not_shown;  // said before the charts: the table of tags comes after them
+  for (const auto& why : left_out) not_shown += "<p class=\"note b\">Not shown: " + escape(why) + "</p>\n";
 
   std::string grid =
       "<div class=\"t\" style=\"grid-template-columns:repeat(5,auto)\">\n<div class=\"r h\"><span>layer"
@@ -163,8 +164,11 @@ std::string run_report(const std::string& title, const std::vector<NamedTag>& ta
       "fp32 weights, the mean " +
       "of |exp_avg| / (sqrt(exp_avg_sq) + eps), the mean exp_avg_sq, and ||w<sub>t</sub> - w<sub>t-1</sub>|| / " +
       "||w<sub>t-1</sub>|| from the tag before. Each point's title gives its tag, step and value; red points went " +
-      "through values that are not finite.</p>\n<h2 id=\"tags\">Tags</h2>\n" + table +
-      "<h2 id=\"layers\">Layers</h2>\n" + grid + "<h2 id=\"cost\">Cost</h2>\n<p class=\"note\">Computed from the " +
+      "through values that are not finite. <a href=\"#layers\">Layers</a> &middot; <a href=\"#tags\">Tags</a> " +
+      "&middot; <a href=\"#cost\">Cost</a></p>\n" + not_shown +
+      // The charts first: a run of hundreds of tags has a table of hundreds of rows.
+      "<h2 id=\"layers\">Layers</h2>\n" + grid + "<h2 id=\"tags\">Tags</h2>\n" + table +
+      "<h2 id=\"cost\">Cost</h2>\n<p class=\"note\">Computed from the " +
       "shards when first needed: one streaming pass per tag (as its <code>_params/report.html</code>) and one over " +
       "the fp32 weights of each pair of consecutive tags: " + html::read_cost(bytes, expected, seconds) +
       "; kept by each tag's identity, so a page opened " +
