@@ -21,9 +21,10 @@ BUCKET = "ckpt"
 
 # What suits object storage (README, "Checkpoints on S3 and shared filesystems"): no read-ahead
 # buffer (rclone's --buffer-size reads ahead of every open handle, which a reader of scattered
-# extents pays for), range requests that start small, and no HEAD per object for its mtime.
+# extents pays for), small range requests that do not grow (bench/README.md measures the choice),
+# and no HEAD per object for its mtime.
 RCLONE_S3_OPTS = ["--read-only", "--vfs-cache-mode", "off", "--buffer-size", "0",
-                  "--vfs-read-chunk-size", "1M", "--vfs-read-chunk-size-limit", "64M",
+                  "--vfs-read-chunk-size", "256K", "--vfs-read-chunk-size-limit", "256K",
                   "--dir-cache-time", "1m", "--no-checksum", "--use-server-modtime"]
 
 
