@@ -22,6 +22,7 @@
 #include "mount_point.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/inspect.h"
+#include "zeromount/ds/source_fs.h"
 #include "zeromount/ds/source_path.h"
 #include "zeromount/fuse/adapter.h"
 #include "zeromount/pt/dump.h"
@@ -269,6 +270,17 @@ int mount(const MountOptions& o) {
   vo.tp_strict = !o.tp_no_strict;
   vo.tags = o.tags;
   vo.rescan_seconds = o.rescan_seconds;
+  // On a network filesystem or an object-storage client, a rescan lists SRC through the network (a
+  // paid LIST per folder and node on S3): look for new tags once a minute unless told otherwise,
+  // and read SRC's `latest` again at most as often (each read of it is a GET).
+  if (const std::string kind = ds::network_filesystem(o.source); !kind.empty()) {
+    if (!o.rescan_given) vo.rescan_seconds = kNetworkRescanSeconds;
+    vo.network_source = true;
+    spdlog::info(
+        "{}: on {} (a network filesystem or object-storage client): new tags and a rewritten latest are "
+        "looked for at most every {:g} s (-o rescan=S sets it)",
+        o.source, kind, vo.rescan_seconds);
+  }
   vo.crc = o.crc;
   vo.report = o.report;
   vo.max_shard_bytes = o.max_shard_bytes;

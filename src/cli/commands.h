@@ -33,6 +33,9 @@ int dump(const std::string& file, bool json);
 int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads,
                 const std::string& layout = {});
 
+// The rescan period on a network filesystem or object-storage client, unless -o rescan=S is given.
+constexpr double kNetworkRescanSeconds = 60;
+
 struct MountOptions {
   std::string source, mountpoint;
   std::vector<std::string> fuse_opts;  // -o a,b,c split
@@ -48,6 +51,7 @@ struct MountOptions {
   std::vector<std::string> layout_presets;              // -o layouts=a,b (not passed to libfuse)
   std::string layouts_dir = "layouts";                  // -o layouts_dir=NAME
   double rescan_seconds = 1.0;                          // -o rescan=S: new tags at most this often; 0: never
+  bool rescan_given = false;                            // -o rescan=S was given (else a network SRC gets 60)
   bool crc = false;                                     // -o crc: real CRC-32s in made-up .pt files
   uint64_t max_shard_bytes = 5'000'000'000;             // -o max_shard_size: consolidated weights' shards
   bool report = true;                                   // -o report=off: no report pages

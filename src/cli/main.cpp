@@ -49,6 +49,7 @@ std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm:
       in_list = false;
       char* end = nullptr;
       m.rescan_seconds = std::strtod(o.c_str() + 7, &end);
+      m.rescan_given = true;
       if (o.size() == 7 || *end || !(m.rescan_seconds >= 0) || m.rescan_seconds > 86400)
         throw UsageError("-o rescan: '" + o.substr(7) + "' is not a number of seconds (0 to 86400)");
     } else if (o.starts_with("max_shard_size=")) {

@@ -14,6 +14,7 @@
 
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/shard_names.h"
+#include "zeromount/ds/source_fs.h"
 #include "zeromount/ds/source_path.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pickle_reader.h"
@@ -324,6 +325,12 @@ bool still_valid(const TagIndex& ix) {
     if (::stat(s.path.c_str(), &st) != 0 || uint64_t(st.st_size) != s.size || uint64_t(st.st_ino) != s.inode ||
         pt::mtime_ns(st) != s.mtime_ns)
       return false;
+    // A network source (object storage through FUSE, NFS, Lustre, ...): size, mtime and inode are
+    // what the mount itself trusts to tell a changed shard (ESTALE), and reading every pickle again
+    // costs range requests per shard on each mount. An object's ETag would be better, but no FUSE
+    // client shows it (no xattr in rclone 1.60, s3fs, mountpoint-s3). Local disks keep the hash:
+    // there a rewrite in place within one mtime tick is cheap to catch.
+    if (!network_filesystem(s.path).empty()) continue;
     if (pickle_hash(s.path) != s.pickle_hash) return false;
   }
   return true;

@@ -3,7 +3,8 @@
 // second mount of the same checkpoint skips decoding the pickles. An entry is used only if every
 // shard still has the size, mtime, inode and XXH3 of its pickle bytes it had when indexed, the
 // tag folder holds the same shard names, and the entry's own checksum holds; otherwise the tag is
-// indexed again and the entry rewritten. ZEROMOUNT_NO_INDEX_CACHE=1 turns it off.
+// indexed again and the entry rewritten. On a network source (ds/source_fs.h) the pickle bytes are
+// not read again: size, mtime and inode decide. ZEROMOUNT_NO_INDEX_CACHE=1 turns it off.
 #include <memory>
 #include <string>
 

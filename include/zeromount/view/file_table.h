@@ -46,10 +46,21 @@ class FileTable : public pt::ExtentReader {
     mutable std::shared_ptr<const pt::File> open;  // guarded by mu_
     mutable std::list<uint32_t>::iterator lru;     // position in open_lru_ while open
     mutable std::atomic<int64_t> path_checked_ns{0};
+    mutable std::atomic<bool> network{false};  // on a network filesystem or object-storage client
+    // Network files: a descriptor per sequential reader (guarded by mu_), since an object-storage
+    // client keeps one range stream per open file and a read away from its position opens another.
+    struct Stream {
+      std::shared_ptr<const pt::File> file;
+      uint64_t next = 0;  // where its last read ended
+      bool busy = false;
+    };
+    mutable Stream streams[4];
   };
   const Entry& entry(uint32_t id) const;
   std::shared_ptr<const pt::File> descriptor(uint32_t id) const;
   void check(const Entry& e, const pt::File& f) const;
+  void read_network(const Entry& e, const std::shared_ptr<const pt::File>& shared, uint64_t offset, void* buf,
+                    size_t n) const;
   std::vector<std::unique_ptr<Entry>> files_;  // guarded by table_mu_; the entries never move
   std::unordered_map<std::string, uint32_t> by_path_;
   mutable std::shared_mutex table_mu_;

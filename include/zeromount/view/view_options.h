@@ -18,6 +18,10 @@ struct ViewOptions {
   // -o rescan=S: at most this often, a lookup or listing that may concern a new tag rescans the
   // source for tags saved after the mount; 0 serves the mount-time tags only.
   double rescan_seconds = 1.0;
+  // SRC is on a network filesystem or an object-storage client (the CLI asks ds::network_filesystem),
+  // where every look at it is a request to a server: its `latest` is read again at most every rescan
+  // period, and a served tag folder deleted is noticed at the next rescan, not at every listing.
+  bool network_source = false;
   bool crc = false;
   // -o report=off: no report pages (<T>_params/report.html, report.html beside tags and in run folders).
   bool report = true;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)

@@ -1,9 +1,12 @@
 #include "zeromount/view/file_table.h"
 
+#include <fcntl.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "zeromount/ds/source_fs.h"
 #include "zeromount/pt/error.h"
 
 namespace zm::view {
@@ -85,6 +88,13 @@ std::shared_ptr<const pt::File> FileTable::descriptor(uint32_t id) const {
   auto f = std::make_shared<const pt::File>(e.path);
   if (!same_identity(f->stat(), e.st))
     throw Error(where(e.path, "changed since it was mounted; remount to see the new checkpoint"), ESTALE);
+  // On a network or object-storage client, the kernel's readahead past an extent is bytes fetched
+  // for nothing (a gap between one rank's pieces) and breaks the client's sequential stream into
+  // a new range request: read exactly the extents asked for (bench/README.md, remote.py).
+  if (!ds::network_filesystem(f->fd()).empty()) {
+    ::posix_fadvise(f->fd(), 0, 0, POSIX_FADV_RANDOM);
+    e.network.store(true, std::memory_order_relaxed);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (e.open) return e.open;  // another thread opened it meanwhile
   e.open = f;
@@ -92,6 +102,8 @@ std::shared_ptr<const pt::File> FileTable::descriptor(uint32_t id) const {
   e.lru = open_lru_.begin();
   while (open_lru_.size() > kMaxOpen) {  // readers still holding the old descriptor keep it alive
     entry(open_lru_.back()).open.reset();
+    for (auto& c : entry(open_lru_.back()).streams)
+      if (!c.busy) c.file.reset();
     open_lru_.pop_back();
   }
   return f;
@@ -110,6 +122,52 @@ void FileTable::check(const Entry& e, const pt::File& f) const {
   }
 }
 
+// An object-storage client (rclone, s3fs, mountpoint-s3) serves each open file from one ranged
+// GET stream: a read where the stream is continues it, any other read ends it and starts another,
+// whose first chunk is fetched whole. Two threads reading two places of one shard (two ranks'
+// pieces, or readahead of two files built from it) would restart it at every request, fetching a
+// chunk each time for a few KiB. So each sequential reader gets a descriptor of its own (up to
+// four per file; past that the shared one), and reads go in file order, one FUSE request at a time.
+void FileTable::read_network(const Entry& e, const std::shared_ptr<const pt::File>& shared, uint64_t offset, void* buf,
+                             size_t n) const {
+  Entry::Stream* s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : e.streams)  // the reader that ended where this read starts
+      if (!c.busy && c.file && c.next == offset) s = &c;
+    for (auto& c : e.streams)  // else a descriptor not opened yet
+      if (!s && !c.busy && !c.file) s = &c;
+    for (auto& c : e.streams)  // else any idle one
+      if (!s && !c.busy) s = &c;
+    if (s) s->busy = true;
+  }
+  std::shared_ptr<const pt::File> f = s ? s->file : shared;
+  try {
+    if (!f) {
+      f = std::make_shared<const pt::File>(e.path);
+      if (!same_identity(f->stat(), e.st))
+        throw Error(where(e.path, "changed since it was mounted; remount to see the new checkpoint"), ESTALE);
+      ::posix_fadvise(f->fd(), 0, 0, POSIX_FADV_RANDOM);
+    }
+    constexpr size_t kStep = 128 << 10;  // the FUSE clients' max_read: larger reads go out in parallel
+    for (size_t done = 0; done < n; done += std::min(kStep, n - done))
+      f->read_exact(offset + done, static_cast<char*>(buf) + done, std::min(kStep, n - done), "source range");
+  } catch (...) {
+    if (s) {
+      std::lock_guard<std::mutex> lock(mu_);
+      s->file.reset();  // a failed stream is not reused
+      s->busy = false;
+    }
+    throw;
+  }
+  if (s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    s->file = f;
+    s->next = offset + n;
+    s->busy = false;
+  }
+}
+
 void FileTable::pread(uint32_t file, uint64_t offset, void* buf, size_t n) const {
   const Entry& e = entry(file);
   std::shared_ptr<const pt::File> f;
@@ -121,7 +179,10 @@ void FileTable::pread(uint32_t file, uint64_t offset, void* buf, size_t n) const
     throw;
   }
   check(e, *f);
-  f->read_exact(offset, buf, n, "source range");
+  if (e.network.load(std::memory_order_relaxed))
+    read_network(e, f, offset, buf, n);
+  else
+    f->read_exact(offset, buf, n, "source range");
   check(e, *f);  // a change during the read must not reach the reader as mixed bytes
   bytes_read_.fetch_add(n, std::memory_order_relaxed);
 }

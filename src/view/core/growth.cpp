@@ -153,7 +153,20 @@ void View::forget_deleted(Folder& f, const std::vector<std::string>& present) co
 
 std::optional<std::string> View::follow_latest(Folder& f) const {
   if (!f.own_tag.empty()) return f.own_tag;
-  const std::optional<std::string> now = ds::read_latest(f.real);
+  std::optional<std::string> now;
+  const auto at = Clock::now();
+  bool fresh = false;
+  if (opts_.network_source) {  // every read of SRC/latest is a request
+    std::lock_guard<std::mutex> lock(f.mu);
+    fresh = f.read_latest && at - f.read_latest_at < std::chrono::duration<double>(opts_.rescan_seconds);
+    if (fresh) now = f.read_latest;
+  }
+  if (!fresh) {
+    now = ds::read_latest(f.real);
+    std::lock_guard<std::mutex> lock(f.mu);
+    f.read_latest = now;
+    f.read_latest_at = at;
+  }
   if (!now) return std::nullopt;
   const std::string tag = ds::latest_tag(*now);
   std::lock_guard<std::mutex> lock(f.mu);
@@ -178,9 +191,11 @@ std::vector<NamedTag> View::served_tags(Folder& f) const {
   std::vector<NamedTag> out;
   const auto own = [&](Folder& g, const std::string& prefix) {
     std::lock_guard<std::mutex> scanning(g.scan_mu);  // what is indexed is appended under it
-    // A tag folder deleted since the last rescan (a keep-last-N cleanup) is left out at once.
+    // A tag folder deleted since the last rescan (a keep-last-N cleanup) is left out at once; on a
+    // network source, where that look is a request per tag, at the next rescan.
     for (const auto& t : g.tags)
-      if (g.is_served(t->index->tag) && fs::exists(t->index->dir)) out.push_back({prefix + t->index->tag, t.get()});
+      if (g.is_served(t->index->tag) && (opts_.network_source || fs::exists(t->index->dir)))
+        out.push_back({prefix + t->index->tag, t.get()});
   };
   own(f, "");
   if (out.empty() && f.run) {

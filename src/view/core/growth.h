@@ -66,6 +66,9 @@ struct View::Folder final : CheckpointFolder {
   std::string shown_latest;              // what `latest` shows
   std::optional<std::string> shown_tag;  // the tag it names, once that tag is served
   std::string latest_note;               // why `latest` does not show the source's text, if it does not
+  // A network source's `latest` is read at most every rescan period: the last text read, and when.
+  std::optional<std::string> read_latest;
+  Clock::time_point read_latest_at;
   // Made-up entries not served, and why (refuse_entry): written by providers through a const
   // CheckpointFolder, so mutable, under mu like the rest.
   mutable std::map<std::string, std::string> refused_entries;
