@@ -127,6 +127,11 @@ std::vector<std::optional<Field>> group_states(const Field& base, bool elastic, 
   return out;
 }
 
+// Where the pieces found so far end in a parameter's flat order (they are appended in rank order).
+uint64_t stored_end(const std::vector<Fragment>& pieces) {
+  return pieces.empty() ? 0 : pieces.back().start + pieces.back().numel;
+}
+
 // Which groups are DeepSpeed Muon's (engine.py: use_muon in the param group). An elastic save keeps
 // no param groups and cuts every state tensor to the partition's valid elements, which cuts
 // Muon's whole-parameter buffers too: DeepSpeed cannot reload such a save, so it is refused.
@@ -206,7 +211,7 @@ void check_group_state(const TagIndex& index, const RankState& rs, const StateKe
 void add_whole_buffers(TagIndex& index, const RankState& rs, size_t g, uint32_t rank, const OpenShard& shard,
                        const std::vector<size_t>& order, std::unordered_map<size_t, uint64_t>& spanning) {
   for (size_t k = 1; k < index.state_names.size(); ++k) {
-    if (!index.whole(k) || index.group_states.empty() || !index.group_states.at(g).at(k)) continue;
+    if (!index.whole(k) || !index.group_has(g, k)) continue;  // every group alike: each keeps it
     const Field buf = (*rs.group(g))[index.state_names[k]];
     uint64_t at = 0;
     for (size_t i : order) {
@@ -214,11 +219,7 @@ void add_whole_buffers(TagIndex& index, const RankState& rs, size_t g, uint32_t 
       const std::string what = "parameter " + p.name + " (" + index.state_names[k] + ")";
       const pt::Extent e = ShardSet::slice(buf, shard.id, at, p.numel, what);
       at += p.numel;
-      const uint64_t held = [&] {  // elements of p's master weights up to this rank's piece's end
-        uint64_t n = 0;
-        for (const auto& f : p.stored[0]) n += f.numel;
-        return n;
-      }();
+      const uint64_t held = stored_end(p.stored[0]);  // p's elements up to this rank's piece's end
       if (p.stored[k].empty()) {
         p.stored[k].push_back({rank, 0, p.numel, e});
         if (held < p.numel) spanning[i] = pt::hash_range(shard.pt->file, e.offset, e.length);
@@ -250,8 +251,7 @@ std::vector<size_t> add_rank_pieces(TagIndex& index, const RankState& rs, size_t
     if (p.group != int(g)) fa.fail("parameter belongs to param group " + std::to_string(p.group));
     const int64_t start = fa.attr("start").as_int(), numel = fa.attr("numel").as_int();
     if (start < 0 || numel < 0) fa.fail("negative fragment address");
-    uint64_t at = 0;
-    for (const auto& f : p.stored[0]) at += f.numel;
+    const uint64_t at = stored_end(p.stored[0]);
     const std::string what = "parameter " + name;
     for (size_t k = 0; k < index.state_names.size(); ++k) {
       if (!index.has(p, k) || index.whole(k)) continue;  // whole buffers: add_whole_buffers

@@ -163,10 +163,9 @@ struct TagIndex {
   // partition touches (stage_1_and_2.py, get_flat_partition). Param::stored[k] is then one
   // Fragment, the first holder's copy. Empty: none.
   std::vector<bool> whole_states;
-  // Whether p's group keeps state k (the master weights, k = 0, always).
-  bool has(const Param& p, size_t k) const {
-    return k == 0 || group_states.empty() || group_states.at(size_t(p.group)).at(k);
-  }
+  // Whether group g keeps state k (the master weights, k = 0, always), and p's group.
+  bool group_has(size_t g, size_t k) const { return k == 0 || group_states.empty() || group_states.at(g).at(k); }
+  bool has(const Param& p, size_t k) const { return group_has(size_t(p.group), k); }
   bool whole(size_t k) const { return k < whole_states.size() && whole_states[k]; }
   std::vector<Param> params;
   // scalars[s][k]: the value of scalar_names[k] in group s (stage 1/2) or sub-group s (stage 3).
