@@ -76,11 +76,12 @@ void detach_stdio() {
     prctl(PR_SET_NAME, "zm-serve");
     // stderr stays the user's terminal until the mount is made, so that libfuse's and
     // fusermount3's own reasons reach them; then the daemon detaches.
+    // The log is open before the caller is told: `zeromount --log-file F S M && tail F` finds F.
     const int rc = serve([&](const std::string& err) {
+      log_in_background(log_file);
       write_all(ready, err.empty() ? "m" : "e" + err);
       close(ready);
       detach_stdio();
-      log_in_background(log_file);
     });
     _exit(rc);
   }
