@@ -54,17 +54,21 @@ uint64_t dcp_chunks(const MountedTag& t, DcpShape shape, const std::vector<Weigh
   return n;
 }
 
+std::string dcp_size_refusal(const MountedTag& t, DcpShape shape, const std::vector<WeightTensor>* weights) {
+  const uint64_t n = dcp_chunks(t, shape, weights);
+  if (n <= kMaxDcpChunks) return "";
+  return "its DCP folders would hold " + std::to_string(n) + " chunks at " + std::to_string(shape.world) +
+         " ranks, more than " + std::to_string(kMaxDcpChunks) + " (their plans and .metadata grow with them)";
+}
+
 DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
   const ds::TagIndex& ix = *t.index;
   if (const std::string why = ds::torch_state_refusal(ix); !why.empty()) throw Error(ix.dir + ": " + why, ENOTSUP);
   // The model's tensors, listed once: the bound on chunks and the items are made from them.
   const std::vector<WeightTensor> weights =
       shape.model ? weight_tensors(t, Weights::Master) : std::vector<WeightTensor>{};
-  if (const uint64_t n = dcp_chunks(t, shape, &weights); n > kMaxDcpChunks)
-    throw Error(ix.dir + ": a DCP checkpoint of " + std::to_string(n) + " chunks at " + std::to_string(shape.world) +
-                    " ranks: more than the " + std::to_string(kMaxDcpChunks) +
-                    " a folder may hold here (its plan and .metadata grow with them)",
-                EFBIG);
+  if (const std::string why = dcp_size_refusal(t, shape, &weights); !why.empty())
+    throw Error(ix.dir + ": " + why, EFBIG);
   const int files = std::max(shape.world, 1);
   pieces_.resize(size_t(files));
   sizes_.assign(size_t(files), 0);

@@ -193,11 +193,8 @@ class Targets final : public LazyDir {
     if (layout.fsdp_world > 0) {  // its folders' plans grow with the chunks: refuse what is too big
       DcpShape all;
       all.world = layout.fsdp_world;
-      if (const uint64_t n = dcp_chunks(*own, all); n > kMaxDcpChunks) {
-        refuse(tree, dir, name,
-               own->index->tag + ": its DCP folders would hold " + std::to_string(n) + " chunks at " +
-                   std::to_string(layout.fsdp_world) + " ranks, more than " + std::to_string(kMaxDcpChunks) +
-                   " (their plans and .metadata grow with them); a smaller W loads at any world size");
+      if (const std::string why = dcp_size_refusal(*own, all); !why.empty()) {
+        refuse(tree, dir, name, own->index->tag + ": " + why + "; a smaller W loads at any world size");
         return 0;
       }
     }

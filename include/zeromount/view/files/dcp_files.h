@@ -31,6 +31,9 @@ struct DcpShape {
 // `weights`: the tag's weight_tensors(Master) when the caller has them, else listed here.
 uint64_t dcp_chunks(const MountedTag& t, DcpShape shape, const std::vector<WeightTensor>* weights = nullptr);
 inline constexpr uint64_t kMaxDcpChunks = 2'000'000;
+// Why a DCP folder of `t` at `shape` is not made (more than kMaxDcpChunks chunks), or "": the one
+// check a plan and a layouts/fsdp-dp<W> lookup both make.
+std::string dcp_size_refusal(const MountedTag& t, DcpShape shape, const std::vector<WeightTensor>* weights = nullptr);
 
 // What one DCP folder holds: its items' chunks, data files and sizes. O(tensors x world) small
 // records; the bytes are laid out only when a data file is opened.
