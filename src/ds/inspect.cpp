@@ -198,21 +198,21 @@ std::string inspect_json(const TagIndex& ix) {
       std::string(pt::dtype_name(ix.master_dtype)) + "\",\"step_type\":\"" + step_kind_name(ix.step_kind) +
       "\",\"loss_scaler\":" + loss_scaler_json(ix.loss_scaler) + ",\"ds_version\":" + json_escape(ix.ds_version) +
       ",\"param_groups\":" + std::to_string(ix.num_groups) +
-      ",\"sub_groups\":" + std::to_string(ix.stage == 3 ? ix.scalars.size() : 0) + ",\"states\":[";
-  for (size_t k = 0; k < ix.state_names.size(); ++k) o += (k ? "," : "") + json_escape(ix.state_names[k]);
-  o += "],\"per_group\":[";
-  for (size_t k = 0; k < ix.scalar_names.size(); ++k) o += (k ? "," : "") + json_escape(ix.scalar_names[k]);
-  o += "],\"whole_states\":[";
-  for (size_t k = 0, n = 0; k < ix.state_names.size(); ++k)
-    if (ix.whole(k)) o += (n++ ? "," : "") + json_escape(ix.state_names[k]);
-  o += "],\"group_states\":";
+      ",\"sub_groups\":" + std::to_string(ix.stage == 3 ? ix.scalars.size() : 0);
+  // A JSON list of the names in `names` whose index `keep` accepts.
+  const auto list = [](const std::vector<std::string>& names, const auto& keep) {
+    std::string l = "[";
+    for (size_t k = 0, n = 0; k < names.size(); ++k)
+      if (keep(k)) l += (n++ ? "," : "") + json_escape(names[k]);
+    return l + "]";
+  };
+  const auto all = [](size_t) { return true; };
+  o += ",\"states\":" + list(ix.state_names, all) + ",\"per_group\":" + list(ix.scalar_names, all) +
+       ",\"whole_states\":" + list(ix.state_names, [&](size_t k) { return ix.whole(k); }) + ",\"group_states\":";
   if (ix.group_states.empty()) o += "null";
-  for (size_t g = 0; g < ix.group_states.size(); ++g) {
-    o += g ? ",[" : "[[";
-    for (size_t k = 0, n = 0; k < ix.state_names.size(); ++k)
-      if (ix.group_states[g][k]) o += (n++ ? "," : "") + json_escape(ix.state_names[k]);
-    o += g + 1 == ix.group_states.size() ? "]]" : "]";
-  }
+  for (size_t g = 0; g < ix.group_states.size(); ++g)
+    o += (g ? "," : "[") + list(ix.state_names, [&](size_t k) { return bool(ix.group_states[g][k]); }) +
+         (g + 1 == ix.group_states.size() ? "]" : "");
   o += ",\"elastic\":" + std::string(ix.elastic ? "true" : "false");
   o += ",\"step\":" + (ix.run_step() ? pt::format_double(step_number(ix, *ix.run_step())) : std::string("null"));
   uint64_t numel = 0;
