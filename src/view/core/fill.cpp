@@ -112,10 +112,10 @@ void View::mirror(const Folder* f, const std::string& real_dir, uint64_t dir) co
         tree.set_access(add_latest(tree, *f, st.st_mtim), access_of(st));
         real_bytes_ += uint64_t(st.st_size);
       } else if (S_ISREG(st.st_mode)) {
-        add_real_file(tree, files_, dir, e.name, e.path);
+        const uint64_t ino = add_real_file(tree, files_, dir, e.name, e.path);
         real_bytes_ += uint64_t(st.st_size);
         if (f && f->built)  // after the made-up folders: those that carry such files get it too
-          for (const auto& p : providers()) p->add_real(tree, *f, *tree.lookup(dir, e.name));
+          for (const auto& p : providers()) p->add_real(tree, *f, *tree.get(ino));
       } else {  // a read-only view of files serves no FIFO, socket or device: say so once
         spdlog::info("{}: not shown: {}", e.path, ds::file_kind_text(st.st_mode));
       }

@@ -163,9 +163,11 @@ std::optional<std::string> View::follow_latest(Folder& f) const {
   }
   if (!fresh) {
     now = ds::read_latest(f.real);
-    std::lock_guard<std::mutex> lock(f.mu);
-    f.read_latest = now;
-    f.read_latest_at = at;
+    if (opts_.network_source) {  // kept for the next look within the rescan period; a local read is cheap
+      std::lock_guard<std::mutex> lock(f.mu);
+      f.read_latest = now;
+      f.read_latest_at = at;
+    }
   }
   if (!now) return std::nullopt;
   const std::string tag = ds::latest_tag(*now);
