@@ -4,16 +4,13 @@
 // in order, and where each value comes from): DeepSpeedZeroOptimizer (ZeRO-1/2), BF16_Optimizer
 // and DeepSpeedZeroOptimizer_Stage3, typed from the index. The view turns the tree into a file.
 #include <cstdint>
-#include <functional>
 
+#include "zeromount/ds/state_bytes.h"
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/value.h"
 
 namespace zm::ds {
-
-// Where a shard extent of the index is read from (the view maps shard ids to its file table).
-using ExtentMap = std::function<pt::Extent(const pt::Extent&)>;
 
 // A per-group value ('step', ...) as the source stored it: a tensor (its own storage, read through
 // `map`), an int, a float or None.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,12 @@ void element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t
 std::vector<pt::Extent> element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count,
                                         uint64_t element_size);
 
+struct TagIndex;
+// A parallel parameter's whole merged state (Param::merged_numel elements: the storage of a
+// vocabulary tensor) as extents; nullopt for an averaged parameter, whose bytes must be computed.
+// Replicated: slice 0. Defined with the merge rules' run generator (tp_param.cpp).
+std::optional<std::vector<pt::Extent>> merged_extents(const TagIndex& ix, const Param& p, size_t state);
+
 struct TagIndex {
   std::string tag;  // folder name, e.g. global_step3
   std::string dir;  // absolute path of the tag folder
@@ -206,7 +213,7 @@ struct TagIndex {
 
   // The pieces of state `state` of `p`, in rank order; concatenated they are the flat tensor.
   // Parallel: the merged universal tensor (cut to `shape`), when the merge only moves bytes;
-  // an averaged parameter has none and throws (its bytes are computed: view/universal.h).
+  // an averaged parameter has none and throws (its bytes are computed: ds/state_bytes.h).
   std::vector<Fragment> fragments(const Param& p, size_t state) const;
   // Only the pieces that hold some of elements [from, from + count), unclipped and in the same
   // order: what elements() of a range needs, in O(pieces returned + log pieces) instead of one
