@@ -11,11 +11,12 @@
 #include <optional>
 #include <random>
 
-#include "../../src/view/files/report_html.h"  // internal: the pages' axis labels
 #include "helpers.h"
 #include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
-#include "zeromount/view/files/report.h"
+#include "zeromount/view/files/report_html.h"
+#include "zeromount/view/files/report_page.h"
+#include "zeromount/view/files/report_run.h"
 #include "zeromount/view/files/stats.h"
 #include "zeromount/view/provider.h"
 
