@@ -243,18 +243,7 @@ class Grid {
       throw FormatError(where(ix_.dir,
                               "param groups keep different optimizer states (DeepSpeed's Muon): served for "
                               "data-parallel checkpoints, not yet for tensor- or pipeline-parallel ones"));
-    ix_.stage = c.stage;
-    ix_.optimizer = c.optimizer;
-    ix_.bf16_optimizer = c.bf16_optimizer;
-    ix_.master_dtype = c.master_dtype;
-    ix_.module_dtype = c.module_dtype;
-    ix_.loss_scaler = c.loss_scaler;
-    ix_.ds_version = c.ds_version;
-    ix_.state_names = c.state_names;
-    ix_.num_groups = c.num_groups;
-    ix_.scalar_names = c.scalar_names;
-    ix_.scalars = c.scalars;
-    ix_.elastic = c.elastic;
+    static_cast<OptimizerGlobals&>(ix_) = c;
     ix_.optim_meta = c.optim_meta ? ix_.arena.copy(c.optim_meta) : nullptr;
     ix_.param_groups = c.param_groups ? ix_.arena.copy(c.param_groups) : nullptr;
   }
