@@ -298,12 +298,8 @@ class DcpDir final : public LazyDir {
       const auto plan = plan_of(*t, shape);
       return tree.add_file(
           dir, std::string(name), mtime_,
-          [t, shape] {
-            pt::VirtualFile f;
-            f.append_inline(plan_of(*t, shape)->metadata());
-            return f;
-          },
-          plan->metadata().size(), false);
+          [t, shape] { return pt::VirtualFile::from_text(plan_of(*t, shape)->metadata()); }, plan->metadata().size(),
+          false);
     }
     for (int r = 0; r < files(); ++r)
       if (name == pt::dcp::data_file_name(r))

@@ -56,12 +56,7 @@ void add_torch_layout(Tree& tree, uint64_t dir, const MountedTag& t, TorchLayout
   if (plan->sharded()) {
     const std::string index = weights_index(*plan);
     tree.add_file(
-        dir, "model.safetensors.index.json", mtime,
-        [index] {
-          pt::VirtualFile f;
-          f.append_inline(index);
-          return f;
-        },
+        dir, "model.safetensors.index.json", mtime, [index] { return pt::VirtualFile::from_text(index); },
         index.size());
   }
   tree.add_file(dir, "optimizer.pt", mtime, [tag] { return torch_optimizer_file(*tag); });

@@ -233,16 +233,14 @@ std::string own_note(const ds::TagIndex& ix) {
 std::string readme(const std::string& dir, const std::string& own, const std::string& note,
                    const std::vector<std::string>& listed, const std::vector<std::string>& refused) {
   std::ostringstream s;
-  s << "Faked native layouts (zeromount; docs/fake-layouts-plan.md)\n\n"
+  s << "Faked native layouts (zeromount; docs/spec/fake-layouts.md)\n\n"
     << "Each " << dir << "/<target>/ is a load_dir that looks as if DeepSpeed had saved this checkpoint\n"
     << "natively at another ZeRO stage, DP size and precision: engine.load_checkpoint() loads it without\n"
     << "load_universal, and zero_to_fp32.py / ds_to_universal.py read it like a real one.\n\n"
     << "Names (one spelling each; any other is 'No such file or directory'):\n"
-    << "  zero1-dp<W>-<p>[-rr]    ZeRO-1, DP size W (1..65536), precision p = fp32 | fp16 | bf16,\n"
-    << "                          -rr: round_robin_gradients\n"
-    << "  zero2-dp<W>-<p>[-rr]    ZeRO-2\n"
-    << "  zero3-dp<W>-<p>[-sg<N>] ZeRO-3, -sg: sub_group_size N (left out at the default 1000000000)\n"
-    << "  bf16opt-dp<W>           BF16_Optimizer (bf16)\n"
+    << "  " << ds::kTargetGrammar << "\n"
+    << "  -rr: round_robin_gradients (ZeRO-1/2); -sg<N>: ZeRO-3 sub_group_size N, left out at the default\n"
+    << "  1000000000; bf16opt: BF16_Optimizer (bf16)\n"
     << "Without DeepSpeed (README \"Leave DeepSpeed\"), for the tag `latest` names:\n"
     << "  fsdp-dp<W>              the Trainer and Accelerate under FSDP at W ranks: pytorch_model_fsdp_0/\n"
     << "                          and optimizer_0/, DCP folders cut where FSDP2 shards (any W loads them)\n"
