@@ -208,7 +208,7 @@ TEST_F(IndexCache, NoStrictEntryIsNotServedToAStrictMount) {
 
 TEST_F(IndexCache, StaleWhenAShardChanges) {
   const std::string dst = temp_dir() + "/global_step3";
-  fs::copy(kFixtures + "/z3_ws2_fp32_pg2/checkpoint/global_step3", dst);
+  copy_fixture("z3_ws2_fp32_pg2/checkpoint/global_step3", dst);
   bool hit = true;
   ds::index_tag_cached(dst, &hit);
   ds::index_tag_cached(dst, &hit);
