@@ -1,8 +1,8 @@
 #pragma once
 // DeepSpeed's optimizer-state files, written side: what one rank's *_optim_states.pt holds when
-// DeepSpeed's optimizer classes save it at a target layout (fake-layouts plan §4 lists every key,
-// in order, and where each value comes from): DeepSpeedZeroOptimizer (ZeRO-1/2), BF16_Optimizer
-// and DeepSpeedZeroOptimizer_Stage3, typed from the index. The view turns the tree into a file.
+// DeepSpeed's optimizer classes save it at a target layout [layouts §2.2]: DeepSpeedZeroOptimizer
+// (ZeRO-1/2), BF16_Optimizer and DeepSpeedZeroOptimizer_Stage3, typed from the index. The view
+// turns the tree into a file.
 #include <cstdint>
 
 #include "zeromount/ds/state_bytes.h"

@@ -44,7 +44,7 @@ struct StepValue {
   double f = 0;
 };
 
-// ZeRO-3 splits n elements into W partitions of ceil(n/W) each (spec §4.2); the last ones pad.
+// ZeRO-3 splits n elements into W partitions of ceil(n/W) each [formats §4.2]; the last ones pad.
 // The one definition of that padding arithmetic: the index, its fragments and the cache use it.
 inline uint64_t zero3_partition(uint64_t n, uint64_t W) {
   return (n + W - 1) / W;
@@ -56,7 +56,7 @@ inline uint64_t valid_on_rank(uint64_t n, uint64_t part, uint64_t rank) {
 }
 
 // How a parameter's tensor-parallel slices make its universal tensor: ds_to_universal.py's
-// merge_tp_slices rules (spec tensor-pipeline-expert.md §4.3), chosen once at index time.
+// merge_tp_slices rules [tp §4.3], chosen once at index time.
 enum class TpRule : uint8_t {
   Cat,           // rules 5 / 6: torch.cat on cat_dim (1 row-parallel, 0 default); also T = 1
   Replicated,    // rule 1: slice 0 (the others must be equal)
@@ -159,7 +159,7 @@ struct TagIndex : OptimizerGlobals {
   int tp = 1, pp = 1;  // the (pp, tp, dp) grid; dp is `dp`
   int ep = 1;          // AutoEP: the largest autoep_size of its layers
   // AutoEP: ds_autoep_layers cut to the fields the converter re-saves into the model-state files'
-  // universal_checkpoint_info (spec tensor-pipeline-expert.md §8); null for every other source.
+  // universal_checkpoint_info [tp §8]; null for every other source.
   const pt::Node* autoep_layers = nullptr;
   bool autoep() const { return autoep_layers != nullptr; }
   bool parallel() const { return tp > 1 || pp > 1 || autoep(); }

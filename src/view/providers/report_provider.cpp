@@ -49,7 +49,7 @@ class ReportProvider final : public Provider {
   }
 
   // The page is the folder's to read, whatever its tags are: one rule for a tag restricted at the
-  // mount and one saved later, each named on the page and not shown (issue 27 item 10). A page
+  // mount and one saved later, each named on the page and not shown. A page
   // as restricted as its most restricted tag locked every other user out of all the others.
   void add_folder(ProviderContext& cx, const std::vector<const MountedTag*>&) const override {
     if (cx.options().report) add_across(cx, cx.tree().get(cx.dir())->access, false);
