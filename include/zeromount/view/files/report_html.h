@@ -33,8 +33,8 @@ std::string step_text(double step);
 std::pair<std::string, std::string> axis_labels(double lo, double hi, size_t width);
 // Decimal digits of n (at least 1): the width of counts up to n.
 size_t digits(uint64_t n);
-// What a pass cost, as both pages say it: "N bytes (1.2 GiB) read in S s", each number of a fixed
-// width (N that of `expected`, the most the pass can read).
+// What a pass cost, as both pages say it: "N bytes (1.2 GiB) read in S s, R GB/s", each number of
+// a fixed width (N that of `expected`, the most the pass can read).
 std::string read_cost(uint64_t bytes, uint64_t expected, double seconds);
 // "b" (shown in red) when something is not finite, "g" otherwise: one character either way.
 inline const char* flag(bool bad) {
