@@ -42,64 +42,38 @@ concept is = std::same_as<std::remove_const_t<T>, U>;
 // sign-extended), a double its 8 bytes, a string or list its count and then its items, a pickle
 // value its protocol-2 bytes; a scalar enum is checked against its last enumerator when read.
 template <class Ar, class T>
-requires is<T, pt::Extent>
-void fields(Ar& ar, T& e) {
-  ar(e.file, e.offset, e.length);
-}
-template <class Ar, class T>
-requires is<T, Fragment>
-void fields(Ar& ar, T& f) {
-  ar(f.rank, f.start, f.numel, f.extent);
-}
-template <class Ar, class T>
-requires is<T, PlainTensor>
-void fields(Ar& ar, T& t) {
-  ar(t.name, t.dtype, t.shape, t.data);
-}
-template <class Ar, class T>
-requires is<T, LossScaler>
-void fields(Ar& ar, T& ls) {
-  ar(ls.kind, ls.cur_scale, ls.dynamic, ls.cur_iter, ls.last_overflow_iter, ls.scale_factor, ls.scale_window,
-     ls.min_scale, ls.delayed_shift, ls.cur_hysteresis, ls.consecutive_hysteresis, ls.raise_error_at_min_scale,
-     ls.dtype);
-}
-template <class Ar, class T>
-requires is<T, StepValue>
-void fields(Ar& ar, T& v) {
-  ar(v.kind, v.dtype, v.shape, v.extent, v.i, v.f);
-}
-template <class Ar, class T>
-requires is<T, TpSlice>
-void fields(Ar& ar, T& sl) {
-  ar(sl.shape, sl.stored);
-}
-template <class Ar, class T>
-requires is<T, Param>
-void fields(Ar& ar, T& p) {
-  ar(p.name, p.shape, p.numel, p.group, p.sub_group, p.step, p.offset, p.stored);
-  // What index_parallel adds to a parameter (tag_index.h): its slices and its merge rule.
-  ar(p.slices, p.rule, p.cat_dim, p.vocab, p.sub_rule, p.sub_widths, p.merged_numel, p.ep_num_experts);
-}
-template <class Ar, class T>
-requires is<T, Shard>
-void fields(Ar& ar, T& s) {
-  ar(s.path, s.size, s.mtime_ns, s.inode, s.pickle_hash);
-}
-template <class Ar, class T>
-requires is<T, SubParamRule>
-void fields(Ar& ar, T& r) {
-  ar(r.patterns, r.shape, r.is_tuple, r.partition_dim);
-}
-template <class Ar, class T>
-requires is<T, TagIndex>
-void fields(Ar& ar, T& ix) {
-  ar(ix.tag, ix.dir, ix.stage, ix.dp, ix.mp, ix.optimizer, ix.bf16_optimizer, ix.master_dtype, ix.module_dtype,
-     ix.step_kind, ix.elastic, ix.loss_scaler, ix.optim_prefix, ix.ds_version, ix.state_names, ix.scalar_names,
-     ix.whole_states, ix.group_states, ix.params, ix.scalars, ix.num_groups, ix.frozen, ix.module_frozen,
-     ix.module_weights, ix.buffers, ix.rank_buffers, ix.shared, ix.shards, ix.model_files, ix.sub_groups,
-     ix.flat_offsets, ix.optim_shard, ix.optim_meta, ix.param_groups);
-  // What index_parallel adds to the tag: the grid, the model-state files, universal_checkpoint_info.
-  ar(ix.tp, ix.pp, ix.ep, ix.mp_files, ix.sub_param_rules, ix.original_vocab_size, ix.patterns, ix.autoep_layers);
+void fields(Ar& ar, T& x) {
+  if constexpr (is<T, pt::Extent>) {
+    ar(x.file, x.offset, x.length);
+  } else if constexpr (is<T, Fragment>) {
+    ar(x.rank, x.start, x.numel, x.extent);
+  } else if constexpr (is<T, PlainTensor>) {
+    ar(x.name, x.dtype, x.shape, x.data);
+  } else if constexpr (is<T, LossScaler>) {
+    ar(x.kind, x.cur_scale, x.dynamic, x.cur_iter, x.last_overflow_iter, x.scale_factor, x.scale_window, x.min_scale,
+       x.delayed_shift, x.cur_hysteresis, x.consecutive_hysteresis, x.raise_error_at_min_scale, x.dtype);
+  } else if constexpr (is<T, StepValue>) {
+    ar(x.kind, x.dtype, x.shape, x.extent, x.i, x.f);
+  } else if constexpr (is<T, TpSlice>) {
+    ar(x.shape, x.stored);
+  } else if constexpr (is<T, Param>) {
+    ar(x.name, x.shape, x.numel, x.group, x.sub_group, x.step, x.offset, x.stored);
+    // What index_parallel adds to a parameter (tag_index.h): its slices and its merge rule.
+    ar(x.slices, x.rule, x.cat_dim, x.vocab, x.sub_rule, x.sub_widths, x.merged_numel, x.ep_num_experts);
+  } else if constexpr (is<T, Shard>) {
+    ar(x.path, x.size, x.mtime_ns, x.inode, x.pickle_hash);
+  } else if constexpr (is<T, SubParamRule>) {
+    ar(x.patterns, x.shape, x.is_tuple, x.partition_dim);
+  } else {
+    static_assert(is<T, TagIndex>, "a type the cache does not store");
+    ar(x.tag, x.dir, x.stage, x.dp, x.mp, x.optimizer, x.bf16_optimizer, x.master_dtype, x.module_dtype, x.step_kind,
+       x.elastic, x.loss_scaler, x.optim_prefix, x.ds_version, x.state_names, x.scalar_names, x.whole_states,
+       x.group_states, x.params, x.scalars, x.num_groups, x.frozen, x.module_frozen, x.module_weights, x.buffers,
+       x.rank_buffers, x.shared, x.shards, x.model_files, x.sub_groups, x.flat_offsets, x.optim_shard, x.optim_meta,
+       x.param_groups);
+    // What index_parallel adds to the tag: the grid, the model-state files, universal_checkpoint_info.
+    ar(x.tp, x.pp, x.ep, x.mp_files, x.sub_param_rules, x.original_vocab_size, x.patterns, x.autoep_layers);
+  }
 }
 
 // How many values each enum stored in an entry has: a larger one is a corrupt entry, not a wrapped one.
