@@ -243,7 +243,7 @@ TEST(Precision, DynamicLossScalerFields) {
 // A copy of a fixture's tag folder in a temp dir, to break.
 std::string copy_tag(const std::string& name) {
   const std::string dst = temp_dir() + "/global_step3";
-  fs::copy(kFixtures + "/" + name + "/checkpoint/global_step3", dst);
+  copy_fixture(name + "/checkpoint/global_step3", dst);
   return dst;
 }
 

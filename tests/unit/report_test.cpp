@@ -11,11 +11,12 @@
 #include <optional>
 #include <random>
 
-#include "../../src/view/files/report_html.h"  // internal: the pages' axis labels
 #include "helpers.h"
 #include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
-#include "zeromount/view/files/report.h"
+#include "zeromount/view/files/report_html.h"
+#include "zeromount/view/files/report_page.h"
+#include "zeromount/view/files/report_run.h"
 #include "zeromount/view/files/stats.h"
 #include "zeromount/view/provider.h"
 
@@ -263,7 +264,7 @@ TEST(ReportPages, EveryFixtureIsSizedWithoutReadingATensor) {
 // fc1.bias all NaN, one weight of fc1.weight +inf and one -inf, exp_avg_sq of fc2.bias all inf.
 std::string hostile_copy(const std::string& fixture) {
   const std::string ckpt = test::temp_dir() + "/ckpt";
-  fs::copy(test::kFixtures + "/" + fixture + "/checkpoint", ckpt, fs::copy_options::recursive);
+  test::copy_fixture(fixture + "/checkpoint", ckpt);
   auto ix = ds::index_tag(ckpt + "/global_step3");
   // Element k of a state becomes value(k), where that is not nothing.
   const auto write = [&](const char* name, size_t state, const std::function<std::optional<float>(uint64_t)>& value) {
@@ -305,7 +306,7 @@ TEST(ReportPages, HostileValuesKeepTheSizeAndAreShownAsSuch) {
 // file is gone, so the index's order), and a listing of the folder with its attributes works.
 TEST(ReportPages, ATagDeletedBeforeItsPageIsSizedStillListsAndStats) {
   const std::string ckpt = test::temp_dir() + "/ckpt";
-  fs::copy(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", ckpt, fs::copy_options::recursive);
+  test::copy_fixture("z2_ws2_fp32_pg2/checkpoint", ckpt);
   auto v = view::View::load(ckpt);
   fs::remove_all(ckpt + "/global_step3");
   const view::Inode& params = at(*v, "/global_step3_params");
@@ -354,7 +355,7 @@ TEST(ReportPages, NoReportFilesWithReportOff) {
 
 TEST(ReportPages, ARunFolderPageIndexesItsCheckpointsWhenStatNotWhenListed) {
   const std::string src = test::temp_dir() + "/out";
-  fs::copy(test::kFixtures + "/hf/gpt2_z2/run", src, fs::copy_options::recursive);
+  test::copy_fixture("hf/gpt2_z2/run", src);
   auto v = view::View::load(src);
   const view::Inode& page = at(*v, "/report.html");
   EXPECT_FALSE(v->attr_ready(page)) << "a listing does not size it";

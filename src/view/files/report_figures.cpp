@@ -1,5 +1,5 @@
 // The numbers of the report pages: one streaming pass per tag, one per pair of consecutive tags,
-// each kept by the tags' identity (include/zeromount/view/files/report.h).
+// each kept by the tags' identity (include/zeromount/view/files/report_figures.h).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include "zeromount/ds/inspect.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_file.h"
-#include "zeromount/view/files/report.h"
+#include "zeromount/view/files/report_figures.h"
 #include "zeromount/view/memo.h"
 #include "zeromount/view/worker_pool.h"
 

@@ -1,4 +1,4 @@
-#include "report_html.h"
+#include "zeromount/view/files/report_html.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "zeromount/ds/state_bytes.h"
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
-#include "zeromount/view/files/universal.h"
 
 namespace zm::view {
 
@@ -277,7 +277,7 @@ StateReader::StateReader(const MountedTag& t, const ds::Param& p, std::vector<si
     : dtype_(t.index->master_dtype), element_size_(pt::element_size(dtype_)), numel_(p.numel) {
   for (size_t s : states) {
     bytes_.emplace_back();
-    append_param_bytes(bytes_.back(), t, p, s);  // a parallel merge may be computed: read it as a file
+    ds::state_bytes(*t.index, p, s, t.mapper(), bytes_.back());  // a parallel merge may be computed: read it as a file
   }
 }
 

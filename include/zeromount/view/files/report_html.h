@@ -1,14 +1,16 @@
 #pragma once
-// What both report pages are written with (internal to src/view/files/report_*.cpp): escaping,
-// fixed-width numbers and coordinates, the page's frame and its CSS. Every value-dependent piece
-// has a width that does not depend on the value, so that a page laid out with placeholders has the
-// size of the page laid out with its figures.
+// What both report pages are written with (src/view/files/report_*.cpp): escaping, fixed-width
+// numbers and coordinates, the page's frame and its CSS, and the file a built page is served as.
+// Every value-dependent piece has a width that does not depend on the value, so that a page laid
+// out with placeholders has the size of the page laid out with its figures.
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
-#include "zeromount/view/files/report.h"
+#include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/files/report_figures.h"
 
 namespace zm::view::html {
 
@@ -47,3 +49,11 @@ std::string page(const std::string& title, const std::string& body);
 std::string histogram(const char* css_class, const std::string& what, const Bins* bins, size_t count_width);
 
 }  // namespace zm::view::html
+
+namespace zm::view {
+
+// A built page as a file whose every read first checks that the shards it was computed from
+// (view file ids) are unchanged, and fails with ESTALE otherwise, as every made-up file does.
+pt::VirtualFile report_file(std::string html, std::vector<uint32_t> shards);
+
+}  // namespace zm::view
