@@ -1,1 +1,0 @@
-../tests/tools/gen_ckpt.py
