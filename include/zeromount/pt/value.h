@@ -140,11 +140,11 @@ struct Node {
   std::string_view kind_name() const;
 };
 
-// Memory for a BlockStore's block; one of 2 MiB or more is 2 MiB-aligned and advised to the kernel
-// as huge pages (value.cpp): a pickle of 100,000 tensors makes hundreds of MiB of nodes, and
-// faulting them in 4 KiB at a time cost as much as decoding them.
+// Memory for a BlockStore's block (value.cpp): a large one is mapped on its own, and one of 2 MiB
+// or more is advised to the kernel as huge pages: a pickle of 100,000 tensors makes hundreds of
+// MiB of nodes, and faulting them in 4 KiB at a time cost as much as decoding them.
 void* block_alloc(size_t bytes);
-void block_free(void* p) noexcept;
+void block_free(void* p, size_t bytes) noexcept;
 
 // Owns every node and tensor of one decoded pickle (or of one built tree).
 // Append-only storage with stable element addresses, in blocks that double from 64 elements to
@@ -189,16 +189,16 @@ class BlockStore {
   static constexpr size_t kFirst = 64, kMaxBytes = size_t(4) << 20;
   struct Block {
     T* data = nullptr;
-    size_t used = 0;
+    size_t used = 0, cap = 0;
   };
   void grow() {
     cap_ = blocks_.empty() ? kFirst : std::max<size_t>(cap_, std::min(cap_ * 2, kMaxBytes / sizeof(T)));
-    blocks_.push_back(Block{static_cast<T*>(block_alloc(cap_ * sizeof(T))), 0});
+    blocks_.push_back(Block{static_cast<T*>(block_alloc(cap_ * sizeof(T))), 0, cap_});
   }
   void clear() noexcept {
     for (Block& b : blocks_) {
       for (size_t k = 0; k < b.used; ++k) b.data[k].~T();
-      block_free(b.data);
+      block_free(b.data, b.cap * sizeof(T));
     }
     blocks_.clear();
   }
