@@ -2,6 +2,7 @@
 // entries, the index of the tags it holds, and every provider's entries beside them. A folder of
 // any depth that holds tag folders is a checkpoint folder (SRC, a Trainer's checkpoint-N/, an
 // Accelerate checkpoint_N/): it gets the same made-up entries SRC gets.
+#include <linux/limits.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "growth.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/index_cache.h"
+#include "zeromount/ds/source_dir.h"
 #include "zeromount/ds/source_path.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
@@ -29,24 +31,37 @@ struct RealEntry {
   struct stat st {};
 };
 
-// The entries of a real folder, sorted by name; `skip` (the mount point) is never looked into.
-std::vector<RealEntry> list_real(const std::string& dir, const std::string& skip) {
-  std::vector<RealEntry> out;
+// A real folder's entries, sorted by name, and the folder opened: every look at an entry is
+// relative to it, so a folder costs the same at any depth (issue 27). `skip` (the mount point) is
+// never looked into.
+struct RealListing {
+  ds::Dir dir;
+  std::vector<RealEntry> entries;
+};
+
+RealListing list_real(const std::string& dir, const std::string& skip) {
+  RealListing out;
   if (dir == skip) return out;
+  out.dir = ds::open_dir(dir);
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    RealEntry e{it->path().filename().string(), it->path().string()};
-    if (e.path == skip) continue;               // our own mount
-    if (::lstat(e.path.c_str(), &e.st) != 0) {  // gone since listed, or deeper than a path may be
-      if (errno == ENAMETOOLONG)
-        spdlog::warn("{}/{}: not shown: its path is longer than PATH_MAX ({} bytes)", dir, e.name, e.path.size());
+  if (!out.dir.ok()) ec = std::error_code(errno, std::generic_category());
+  for (ds::Dir::Entry& d : out.dir.ok() ? out.dir.list(ec) : std::vector<ds::Dir::Entry>{}) {
+    RealEntry e{std::move(d.name), ""};
+    e.path = dir + "/" + e.name;
+    if (e.path == skip) continue;  // our own mount
+    // The view names real entries by path (the index, the file table, errors): a path the kernel
+    // would refuse (ENAMETOOLONG) could be listed through descriptors but never read. Not shown.
+    if (e.path.size() >= PATH_MAX) {
+      spdlog::warn("{}/{}: not shown: its path is longer than PATH_MAX ({} bytes)", dir, e.name, e.path.size());
       continue;
     }
-    out.push_back(std::move(e));
+    if (!out.dir.stat(e.name, e.st)) continue;  // gone since listed
+    out.entries.push_back(std::move(e));
   }
   if (ec)  // shown as the kernel would: the folder with its own mode, which says who may list it
     spdlog::warn("{}: cannot list ({}); shown empty", dir, ec.message());
-  std::sort(out.begin(), out.end(), [](const RealEntry& a, const RealEntry& b) { return a.name < b.name; });
+  std::sort(out.entries.begin(), out.entries.end(),
+            [](const RealEntry& a, const RealEntry& b) { return a.name < b.name; });
   return out;
 }
 
@@ -54,7 +69,7 @@ std::vector<RealEntry> list_real(const std::string& dir, const std::string& skip
 // Trainer's checkpoint-N/ saved into a mounted run folder, whose tags count as saved after the mount.
 bool made_after_mount(const std::string& real, struct timespec loaded_at) {
   struct stat st {};
-  if (loaded_at.tv_sec == 0 || ::stat(real.c_str(), &st) != 0) return false;
+  if (loaded_at.tv_sec == 0 || !ds::open_dir(real).stat(st)) return false;
   return st.st_ctim.tv_sec > loaded_at.tv_sec ||
          (st.st_ctim.tv_sec == loaded_at.tv_sec && st.st_ctim.tv_nsec > loaded_at.tv_nsec);
 }
@@ -70,7 +85,8 @@ uint64_t View::add_latest(Tree& tree, const Folder& f, struct timespec mtime) co
 bool View::holds_checkpoint_folders(const std::string& dir) const {
   if (dir == opts_.mount_point) return false;
   const std::string& skip = opts_.mount_point;
-  return ds::any_folder_in(dir, skip, [&](const std::string& d) { return ds::holds_tag_folder(d, skip); });
+  return ds::any_folder_in({dir, ds::open_dir(dir)}, skip,
+                           [&](const ds::OpenFolder& d) { return ds::holds_tag_folder(d, skip); });
 }
 
 bool View::new_run_folder(const Folder& f) const {
@@ -91,17 +107,16 @@ ProviderContext View::context(Tree& tree, const Folder& f, bool building) const 
 
 void View::mirror(const Folder* f, const std::string& real_dir, uint64_t dir) const {
   Tree& tree = tree_;  // under Tree::append
-  for (const RealEntry& e : list_real(real_dir, opts_.mount_point)) {
+  const RealListing listing = list_real(real_dir, opts_.mount_point);
+  for (const RealEntry& e : listing.entries) {
     if (tree.lookup(dir, e.name)) continue;  // shown before: a name keeps its meaning
     const struct stat& st = e.st;
     try {
       if (S_ISLNK(st.st_mode)) {
         // Links stay links (dangling ones and loops included): readlink gives the stored target.
-        std::string target(size_t(st.st_size > 0 ? st.st_size : 4096), '\0');
-        const ssize_t n = ::readlink(e.path.c_str(), target.data(), target.size());
-        if (n < 0) continue;
-        target.resize(size_t(n));
-        tree.set_access(tree.add_link(dir, e.name, st.st_mtim, target), access_of(st));
+        const std::optional<std::string> target = listing.dir.read_link(e.name);
+        if (!target) continue;
+        tree.set_access(tree.add_link(dir, e.name, st.st_mtim, *target), access_of(st));
       } else if (S_ISDIR(st.st_mode)) {
         // Tag folders show their real files only; other folders may hold checkpoints of their own.
         const bool plain = !f || f->is_tag(e.name);
@@ -266,7 +281,7 @@ void View::fill(const Inode& node, const ds::CheckpointDir* scanned) const {
     if (scanned)
       scan = *scanned;
     else if (dir.real != opts_.mount_point)
-      scan = ds::scan_checkpoint(dir.real, opts_.mount_point);
+      scan = ds::scan_folder(dir.real, opts_.mount_point);  // a folder of the tree: its path is resolved
   } catch (const Error& e) {
     spdlog::warn("{}: {}", dir.real, e.what());
   }

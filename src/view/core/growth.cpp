@@ -5,26 +5,24 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "growth.h"
 #include "zeromount/ds/checkpoint.h"
+#include "zeromount/ds/source_dir.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/file.h"
 #include "zeromount/view/memo.h"
 
 namespace zm::view {
 
-namespace fs = std::filesystem;
-
 std::string fingerprint(const std::string& dir) {
   std::vector<std::string> items;
+  const ds::Dir d = ds::open_dir(dir);
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  for (const ds::Dir::Entry& e : d.ok() ? d.list(ec) : std::vector<ds::Dir::Entry>{}) {
     struct stat st {};
-    if (::lstat(it->path().c_str(), &st) != 0) continue;
-    items.push_back(it->path().filename().string() + " " + std::to_string(st.st_size) + " " +
-                    std::to_string(pt::mtime_ns(st)));
+    if (!d.stat(e.name, st)) continue;
+    items.push_back(e.name + " " + std::to_string(st.st_size) + " " + std::to_string(pt::mtime_ns(st)));
   }
   std::sort(items.begin(), items.end());
   std::string fp;
@@ -96,7 +94,7 @@ bool View::refresh(Folder& f) const {
   f.last_scan = now;
   ds::CheckpointDir dir;
   try {
-    dir = ds::scan_checkpoint(f.real, opts_.mount_point);
+    dir = ds::scan_folder(f.real, opts_.mount_point);
   } catch (const Error& e) {
     if (f.scan_error != e.what()) spdlog::warn("rescan: {}", e.what());  // once, not every second
     f.scan_error = e.what();
@@ -129,7 +127,7 @@ void View::forget_deleted(Folder& f, const std::vector<std::string>& present) co
   {
     std::lock_guard<std::mutex> lock(growth_->mu);
     for (auto& [ino, g] : growth_->folders)
-      if (g->parent == f.node && !fs::exists(g->real)) below.push_back(g.get());
+      if (g->parent == f.node && !ds::is_folder(g->real)) below.push_back(g.get());
   }
   for (Folder* g : below) {
     // Its tags are read under its scan lock; a folder being rescanned now is seen to next time.
@@ -196,7 +194,7 @@ std::vector<NamedTag> View::served_tags(Folder& f) const {
     // A tag folder deleted since the last rescan (a keep-last-N cleanup) is left out at once; on a
     // network source, where that look is a request per tag, at the next rescan.
     for (const auto& t : g.tags)
-      if (g.is_served(t->index->tag) && (opts_.network_source || fs::exists(t->index->dir)))
+      if (g.is_served(t->index->tag) && (opts_.network_source || ds::is_folder(t->index->dir)))
         out.push_back({prefix + t->index->tag, t.get()});
   };
   own(f, "");

@@ -194,8 +194,10 @@ std::shared_ptr<const pt::VirtualFile> View::content(const Inode& n, const Calle
 }
 
 std::string View::describe(const Inode& n) const {
+  std::vector<const std::string*> names;  // nearest first: joined once, at any depth
+  for (const Inode* p = &n; p && p->ino != Tree::kRoot; p = tree_.get(p->parent)) names.push_back(&p->name);
   std::string path;
-  for (const Inode* p = &n; p && p->ino != Tree::kRoot; p = tree_.get(p->parent)) path = "/" + p->name + path;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) path += "/" + **it;
   return path.empty() ? "/" : path;
 }
 
