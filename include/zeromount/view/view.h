@@ -6,18 +6,18 @@
 #include <sys/stat.h>
 
 #include <atomic>
-#include <list>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/view/file_table.h"
+#include "zeromount/view/memo.h"
 #include "zeromount/view/mounted_tag.h"
 #include "zeromount/view/open_file.h"
 #include "zeromount/view/provider.h"
@@ -165,11 +165,9 @@ class View final : public LiveSource {
   // What changes while mounted: the folders and their tags (appended only), latest, errors, read counters.
   std::unique_ptr<Growth> growth_;
 
-  // LRU of built files, by inode, bounded by cache_bytes.
-  mutable std::mutex cache_mu_;
-  mutable std::list<std::pair<uint64_t, std::shared_ptr<const pt::VirtualFile>>> lru_;
-  mutable std::unordered_map<uint64_t, decltype(lru_)::iterator> cached_;
-  mutable size_t cached_bytes_ = 0;
+  // Built files by inode, the least recently used dropped beyond cache_bytes (what their headers and
+  // segment tables hold); readers of one file at once wait for one build.
+  mutable Memo<uint64_t, pt::VirtualFile, std::numeric_limits<size_t>::max()> built_;
 };
 
 }  // namespace zm::view

@@ -20,9 +20,9 @@
 //   Growth::mu         the folder map, counters, readers. Under it: Folder::mu in stats_text and
 //                      errors_text (one at a time), nothing else (folder_of reads the tree first).
 //   Folder::mu         a folder's tag sets, errors and `latest`. Under it: nothing.
-//   View::cache_mu_, FileTable::table_mu_ then FileTable::mu_, Memo::mu_, ds::open_dir's cache:
-//                      leaves (Memo's is let go before its value is computed; the folder cache's
-//                      before any folder is opened).
+//   Memo::mu_ (View::built_, the plans), FileTable::table_mu_ then FileTable::mu_, ds::open_dir's
+//                      cache: leaves (a Memo's is let go before its value is computed, a build
+//                      taking what it takes outside it; the folder cache's before a folder is opened).
 // tests/unit/live_test.cpp's LiveFolderConcurrency cases run rescans during listings and lookups,
 // and deep_test.cpp's DeepConcurrency fills a deep chain from many threads, under ThreadSanitizer
 // in CI.
