@@ -3,7 +3,7 @@
 
     sudo /usr/bin/python3 bench/big.py [--ckpt z3=/tmp/zm70b/z3 --ckpt z12=/tmp/zm70b/z12] [--runs 3]
 
-The checkpoints come from bench/gen_ckpt.py --arch llama70b --sparse (bench/README-gen.md). For
+The checkpoints come from tests/tools/gen_ckpt.py --arch llama70b --sparse (tests/tools/README-gen.md). For
 each, over --runs fresh mounts without and --runs with the index cache (a private
 XDG_CACHE_HOME; "without" sets ZEROMOUNT_NO_INDEX_CACHE=1), it measures:
   ready     process start -> first successful stat of MNT/<T>_universal/zero/optimizer_state.pt

@@ -60,6 +60,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "tools"))
     import gen_ckpt  # noqa: F401  (registers the DeepSpeed stand-in classes torch.load needs)
     main()

@@ -3,7 +3,7 @@
 
     sudo /usr/bin/python3 bench/ls_layout.py [--ckpt /tmp/zm70b/z3] [--layout zero3-dp4096-bf16] [--runs 5]
 
-The checkpoint comes from bench/gen_ckpt.py --arch llama70b --sparse (made here if --ckpt is
+The checkpoint comes from tests/tools/gen_ckpt.py --arch llama70b --sparse (made here if --ckpt is
 missing: about 4 s, 184 MiB on disk). Each run is a fresh mount (index cache in a private
 XDG_CACHE_HOME, warm after the first run) and times, in this order:
   lookup    `stat MNT/layouts/<layout>` (the O(params) plan)
@@ -67,7 +67,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.ckpt, "latest")):
-        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "gen_ckpt.py"), a.ckpt, "--stage", "3", "--dp", "512",
+        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "..", "tests", "tools", "gen_ckpt.py"), a.ckpt, "--stage", "3", "--dp", "512",
                         "--arch", "llama70b", "--sparse"], check=True)
     work = tempfile.mkdtemp(prefix="zm-ls-layout-")
     env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "xdg"))

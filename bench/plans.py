@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """What layout plans cost the daemon (issue 29 item 2): a mount of a many-parameter checkpoint made
-by bench/gen_ckpt.py, then `ls -l` of N layout targets' tag folders one after the other (each makes
+by tests/tools/gen_ckpt.py, then `ls -l` of N layout targets' tag folders one after the other (each makes
 its plan); after each, the daemon's RSS (/proc/PID/status VmRSS) and what .zeromount/stats says
 the kept plans weigh (plan_bytes, plans_kept; at most 8 within 64 MiB).
 
@@ -44,7 +44,7 @@ def main():
     src = f"{a.work}/z{a.stage}_dp{a.dp}_{a.params}"
     if not os.path.exists(f"{src}/latest"):
         shutil.rmtree(src, ignore_errors=True)
-        subprocess.run(["/usr/bin/python3", f"{HERE}/gen_ckpt.py", src, "--stage", str(a.stage), "--dp", str(a.dp),
+        subprocess.run(["/usr/bin/python3", f"{HERE}/../tests/tools/gen_ckpt.py", src, "--stage", str(a.stage), "--dp", str(a.dp),
                         "--params", str(a.params), "--numel-min", "16", "--numel-max", "128"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     mnt = tempfile.mkdtemp(prefix="zm-plans-mnt-")

@@ -7,7 +7,7 @@ shard and converting. Nothing here asserts; tests/py/test_s3.py holds the goals 
 The stack is tests/py/s3stack.py: s3rver (tests/s3, `scripts/deps.sh` installs it) on loopback,
 Debian's rclone 1.60 to upload and to mount, one rclone mount and one zeromount per simulated
 node. Bytes are the body bytes the server wrote (an aborted range counts what was sent before the
-client hung up), requests every request it answered. The checkpoint is bench/gen_ckpt.py's ZeRO-3
+client hung up), requests every request it answered. The checkpoint is tests/tools/gen_ckpt.py's ZeRO-3
 at DP 4; a native load at W ranks reads what DeepSpeed's loader opens (spec §6.1-6.4: `latest`,
 its model-state file, its optimizer file), all W nodes at once, each node told apart by rclone's
 --user-agent. The converter row runs DeepSpeed's ds_to_universal.py in the oracle chroot
@@ -235,7 +235,7 @@ def main():
     os.makedirs(a.work)
     ckpt_dir = os.path.join(a.work, "big")
     params = max(4, a.size_mb // 27)  # 1.5-3 M elements each, 12 bytes per element (fp32, exp_avg, exp_avg_sq)
-    subprocess.run([sys.executable, os.path.join(HERE, "gen_ckpt.py"), ckpt_dir, "--stage", "3", "--dp", "4",
+    subprocess.run([sys.executable, os.path.join(HERE, "..", "tests", "tools", "gen_ckpt.py"), ckpt_dir, "--stage", "3", "--dp", "4",
                     "--params", str(params), "--numel-min", "1500000", "--numel-max", "3000000", "--groups", "2"],
                    check=True, stdout=subprocess.DEVNULL)
     ckpt = tree_size(ckpt_dir)
@@ -243,7 +243,7 @@ def main():
     rclone = Rclone(server, a.work)
     try:
         rclone.upload(ckpt_dir, "big")
-        out(f"checkpoint: bench/gen_ckpt.py ZeRO-3, DP 4, {params} params of 1.5-3 M elements, {mb(ckpt)} "
+        out(f"checkpoint: tests/tools/gen_ckpt.py ZeRO-3, DP 4, {params} params of 1.5-3 M elements, {mb(ckpt)} "
             f"({len(os.listdir(os.path.join(ckpt_dir, TAG)))} shard files); "
             f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
         settings = a.settings or (list(SETTINGS)[1:4:2] if a.quick else list(SETTINGS))

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Issue 22: what a report page costs on a 70B-shaped checkpoint (bench/README.md, "Report pages").
 
-    /usr/bin/python3 bench/gen_ckpt.py /tmp/zm70b/z3 --stage 3 --dp 512 --arch llama70b --sparse
+    /usr/bin/python3 tests/tools/gen_ckpt.py /tmp/zm70b/z3 --stage 3 --dp 512 --arch llama70b --sparse
     sudo /usr/bin/python3 bench/report.py [--ckpt /tmp/zm70b/z3]
 
 One fresh mount. It measures, in order:
@@ -36,7 +36,7 @@ def main():
     ap.add_argument("--ckpt", default="/tmp/zm70b/z3")
     a = ap.parse_args()
     if not os.path.isdir(a.ckpt):
-        sys.exit(f"{a.ckpt}: make it first with bench/gen_ckpt.py (see this file's docstring)")
+        sys.exit(f"{a.ckpt}: make it first with tests/tools/gen_ckpt.py (see this file's docstring)")
     tag = tag_of(a.ckpt)
     with tempfile.TemporaryDirectory() as work:
         mnt, log = os.path.join(work, "mnt"), os.path.join(work, "log")

@@ -115,7 +115,7 @@ def gen(work, name, *args):
     out = os.path.join(work, name)
     if not os.path.exists(os.path.join(out, "latest")):
         shutil.rmtree(out, ignore_errors=True)
-        subprocess.run([sys.executable, os.path.join(HERE, "gen_ckpt.py"), out, *args], check=True)
+        subprocess.run([sys.executable, os.path.join(HERE, "..", "tests", "tools", "gen_ckpt.py"), out, *args], check=True)
     return out
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Index cost against the number of parameters (issue 29): `zeromount inspect` wall time and peak
-RSS, without the index cache, on checkpoints made by bench/gen_ckpt.py with many small tensors (the
+RSS, without the index cache, on checkpoints made by tests/tools/gen_ckpt.py with many small tensors (the
 shape of a Mixture-of-Experts model written one module per expert: 18-40k parameters), ZeRO-2 and
 ZeRO-3, at DP 8 and 64. Checkpoints are generated once into --work and kept.
 
@@ -34,7 +34,7 @@ def main():
                 src = f"{a.work}/z{stage}_dp{dp}_{n}"
                 if not os.path.exists(f"{src}/latest"):
                     shutil.rmtree(src, ignore_errors=True)
-                    subprocess.run(["/usr/bin/python3", f"{HERE}/gen_ckpt.py", src, "--stage", str(stage), "--dp",
+                    subprocess.run(["/usr/bin/python3", f"{HERE}/../tests/tools/gen_ckpt.py", src, "--stage", str(stage), "--dp",
                                     str(dp), "--params", str(n), "--numel-min", "16", "--numel-max", "128"],
                                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 times, rss = [], 0

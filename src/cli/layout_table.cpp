@@ -1,4 +1,4 @@
-// `zeromount inspect SRC --layout NAME`: the target's partition table (spec fake-layouts.md §3),
+// `zeromount inspect SRC --layout NAME`: the target's partition table [layouts §3],
 // per rank and group: flat length, padding and which parameters each rank holds. For large W only
 // the first and last ranks are printed, so the output stays bounded. `--json` gives the same table
 // for scripts (docs/inspect-json.md).

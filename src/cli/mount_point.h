@@ -28,7 +28,7 @@ size_t hidden_entries(const std::string& mountpoint);
 bool is_mounted(const std::string& mountpoint);
 
 // Raises the mount's readahead (its bdi's read_ahead_kb) so that buffered reads reach the server as
-// 1 MiB requests instead of 128 KiB ones (docs/spec/platform.md §2.2: +30%). Must run after the kernel's
+// 1 MiB requests instead of 128 KiB ones (+30% [platform §2.2]). Must run after the kernel's
 // INIT reply, which would clamp it back. Needs root; returns false where it could not.
 bool set_read_ahead(const std::string& mountpoint, unsigned kb);
 

@@ -1,4 +1,4 @@
-// AutoEP ZeRO-1/2 experts (spec tensor-pipeline-expert.md §8; DeepSpeed's
+// AutoEP ZeRO-1/2 experts ([tp §8]; DeepSpeed's
 // deepspeed/checkpoint/autoep_universal.py): the ds_autoep_layers metadata, which dp ranks hold
 // which EP rank's experts, and the [E_total, ...] merge of each fused expert parameter.
 #include <string>

@@ -1,7 +1,7 @@
-// The (pp, tp, dp) grid of a model-parallel tag (spec tensor-pipeline-expert.md §1, §2, §4.2, §6,
-// §7; docs/tp-pp-plan.md §1, §4, §5): each (p, t) cell is indexed as a data-parallel checkpoint
-// of its own, then every parameter gets one slice per tp rank, chosen among the pipeline stages
-// that hold it as ds_to_universal.py's one-worker extraction leaves them.
+// The (pp, tp, dp) grid of a model-parallel tag [tp §1, §2, §4.2, §6, §7]: each (p, t) cell is
+// indexed as a data-parallel checkpoint of its own, then every parameter gets one slice per tp
+// rank, chosen among the pipeline stages that hold it as ds_to_universal.py's one-worker extraction
+// leaves them.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -40,7 +40,7 @@ GridFiles collect(const std::string& dir) {
       ++g.expert_files;
       continue;
     }
-    if (n->kind == FileKind::LayerStates) {  // never read (§2)
+    if (n->kind == FileKind::LayerStates) {  // never read [tp §2]
       ++g.layer_files;
       g.layer01_files += n->layer == 1;
       continue;
@@ -105,7 +105,7 @@ class Grid {
     return it->second;
   }
 
-  // §2: checkpoint_parallel_dimensions, else the layer files, else the model-state file count.
+  // [tp §2]: checkpoint_parallel_dimensions, else the layer files, else the model-state file count.
   void degrees(const GridFiles& g) {
     if (g.mp.empty()) throw FormatError(where(ix_.dir + "/" + model_states_name(0), "missing: ZeRO-1/2 needs it"));
     if (g.mp.rbegin()->first + 1 != int(g.mp.size()))
@@ -148,7 +148,7 @@ class Grid {
     ix_.pp = P, ix_.tp = T, ix_.dp = int(g.optim.size()) / (P * T), ix_.mp = P * T;
   }
 
-  // §8: the converter consolidates AutoEP experts only without tensor parallelism, and its expert
+  // [tp §8]: the converter consolidates AutoEP experts only without tensor parallelism, and its expert
   // fragments have no pipeline stage in their path.
   void check_autoep() {
     if (ix_.tp != 1)
@@ -167,7 +167,7 @@ class Grid {
                     ENOTSUP);
   }
 
-  // §6: ZeRO-3 + AutoTP; the (t, d) grid comes from the file names, P = 1.
+  // [tp §6]: ZeRO-3 + AutoTP; the (t, d) grid comes from the file names, P = 1.
   void run_zero3(const GridFiles& g) {
     int T = 0, D = 0;
     for (const auto& [dm, path] : g.zero_model) D = std::max(D, dm.first + 1), T = std::max(T, dm.second + 1);
@@ -223,7 +223,7 @@ class Grid {
         np.name = cp.name;
         np.group = cp.group;
         np.sub_group = zero3 ? -1 : cp.sub_group;
-        np.step = cp.step;  // the layouts' state; the universal view of ZeRO-3 + TP writes no step.pt (§6)
+        np.step = cp.step;  // the layouts' state; the universal view of ZeRO-3 + TP writes no step.pt [tp §6]
         ix_.params.push_back(std::move(np));
         holders_.emplace_back(size_t(ix_.tp));
       }
@@ -243,23 +243,12 @@ class Grid {
       throw FormatError(where(ix_.dir,
                               "param groups keep different optimizer states (DeepSpeed's Muon): served for "
                               "data-parallel checkpoints, not yet for tensor- or pipeline-parallel ones"));
-    ix_.stage = c.stage;
-    ix_.optimizer = c.optimizer;
-    ix_.bf16_optimizer = c.bf16_optimizer;
-    ix_.master_dtype = c.master_dtype;
-    ix_.module_dtype = c.module_dtype;
-    ix_.loss_scaler = c.loss_scaler;
-    ix_.ds_version = c.ds_version;
-    ix_.state_names = c.state_names;
-    ix_.num_groups = c.num_groups;
-    ix_.scalar_names = c.scalar_names;
-    ix_.scalars = c.scalars;
-    ix_.elastic = c.elastic;
+    static_cast<OptimizerGlobals&>(ix_) = c;
     ix_.optim_meta = c.optim_meta ? ix_.arena.copy(c.optim_meta) : nullptr;
     ix_.param_groups = c.param_groups ? ix_.arena.copy(c.param_groups) : nullptr;
   }
 
-  // §4.2 and §7: per tp rank, one shape over the stages, and the fragments the converter's
+  // [tp §4.2, §7]: per tp rank, one shape over the stages, and the fragments the converter's
   // extraction would leave: stage 0's for a pipeline-replicated name, else per dp rank the
   // highest stage's.
   void resolve(Param& np, std::vector<std::vector<Holder>>& per_t, const UcInfo& uc) {

@@ -1,4 +1,4 @@
-// ZeRO-1/2 and BF16_Optimizer (spec §3.2.1, §3.2.2, §4.1): each rank's param_slice_mappings
+// ZeRO-1/2 and BF16_Optimizer [formats §3.2.1, §3.2.2, §4.1]: each rank's param_slice_mappings
 // says where each parameter's piece starts in that rank's flat fp32 partition and Adam moments.
 #include <algorithm>
 #include <optional>

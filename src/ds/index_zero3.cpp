@@ -102,13 +102,35 @@ void read_rank_layout(TagIndex& index, const OpenShard& shard, int r, const std:
   index.optim_shard.push_back(shard.id);
 }
 
+// What rank r's model file must give, as values of `model` (rank 0's file): each frozen
+// parameter's fragment, then each buffer. A rank whose pickle is rank 0's byte for byte is read
+// as rank 0's values when it keeps these tensors at the same bytes, not decoded again: DP x params
+// decoded tensors (6.4 M at 100,000 parameters and DP 64) would cost minutes.
+std::vector<const pt::Tensor*> rank_tensors(const TagIndex& index, const OpenShard& model, bool frozen) {
+  std::vector<const pt::Tensor*> out;
+  if (frozen) {
+    const Field frags = model.root()["frozen_param_fragments"];
+    for (const auto& f : index.frozen) out.push_back(&frags[f.name].as_tensor());
+  }
+  if (!index.buffers.empty()) {
+    const Field module = model.root()["module"];
+    for (const PlainTensor& b : index.buffers) out.push_back(&module[b.name].as_tensor());
+  }
+  return out;
+}
+
 // Each rank's model file: its ceil(n/W) partition of every frozen parameter (with padding), and
 // its own buffers, of rank 0's names, dtypes and shapes.
-void read_rank_model_files(TagIndex& index, ShardSet& shards, const TagFiles& files, const FrozenShapes& frozen) {
+void read_rank_model_files(TagIndex& index, ShardSet& shards, const TagFiles& files, const FrozenShapes& frozen,
+                           const OpenShard& model0) {
   if (frozen.empty() && index.buffers.empty()) return;
   for (auto& [name, shape] : frozen) index.frozen.push_back(PlainTensor{name, pt::DType::F32, shape, {}});
+  const std::vector<const pt::Tensor*> used = rank_tensors(index, model0, !frozen.empty());
   for (int r = 0; r < index.dp; ++r) {
-    OpenShard model = shards.open(files.model[size_t(r)]);
+    std::optional<OpenShard> own;
+    if (r > 0) own = shards.open_like(files.model[size_t(r)], model0, used);
+    if (r > 0 && !own) own = shards.open(files.model[size_t(r)]);
+    const OpenShard& model = r > 0 ? *own : model0;
     if (!frozen.empty()) {
       const Field frags = model.root()["frozen_param_fragments"];
       for (auto& f : index.frozen) {
@@ -166,7 +188,7 @@ void index_zero3(TagIndex& index, ShardSet& shards, const TagFiles& files, OpenS
     read_rank_layout(index, shard, r, need, files.model[0]);
   }
   read_module(index, model, false);  // after the master dtype is known
-  read_rank_model_files(index, shards, files, frozen);
+  read_rank_model_files(index, shards, files, frozen, model);
 }
 
 }  // namespace zm::ds

@@ -51,7 +51,7 @@ std::string ranks_text(const TagIndex& ix, const Param& p) {
   return s;
 }
 
-// A parallel parameter's merge rule as ds_to_universal.py names it (tensor-pipeline-expert.md §4.3).
+// A parallel parameter's merge rule as ds_to_universal.py names it [tp §4.3].
 std::string rule_text(const Param& p) {
   std::string s = tp_rule_name(p.rule);
   if (p.rule == TpRule::Cat) s += " dim " + std::to_string(p.cat_dim);

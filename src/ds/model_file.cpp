@@ -1,6 +1,6 @@
-// DeepSpeed's model-state files, written side (fake-layouts plan §3 lists every key, in order, and
-// where each value comes from): the source's pickle with 'module', param_shapes, the frozen
-// parameters, dp_world_size and the parallel dimensions made for the target layout.
+// DeepSpeed's model-state files, written side ([layouts §2.1] lists every key, in order): the
+// source's pickle with 'module', param_shapes, the frozen parameters, dp_world_size and the
+// parallel dimensions made for the target layout.
 #include "zeromount/ds/model_file.h"
 
 #include <algorithm>

@@ -160,7 +160,7 @@ std::vector<StepValue> read_scalars(const TagIndex& index, const Field* state, u
 namespace {
 
 // The names the index holds (parameters, buffers, tied aliases), for one membership test per
-// module entry: a scan of the parameters per entry made a ZeRO-2 index O(params^2) (issue 29).
+// module entry: a scan of the parameters per entry made a ZeRO-2 index O(params^2).
 std::unordered_set<std::string_view> listed_names(const TagIndex& index) {
   std::unordered_set<std::string_view> names;
   for (const auto& p : index.params) names.insert(p.name);

@@ -40,10 +40,6 @@ void check_state_keys(const TagIndex& index, const StateKeys& want, const StateK
 // for a name this group does not keep).
 std::vector<StepValue> read_scalars(const TagIndex& index, const Field* state, uint32_t shard);
 
-// The one mixed-dtype check: `tensor` must be `want`, the dtype of `whose` (e.g. "the master weights").
-void require_dtype(const Field& tensor, pt::DType want, const std::string& whose);
-// optimizer_state_dict.loss_scaler, field by field; LossScaler::None when absent (BF16_Optimizer).
-LossScaler read_loss_scaler(const Field& osd);
 // From the model-state 'module': the training dtype (every trainable weight must have it) and,
 // for stage 1/2 and BF16_Optimizer (`full_weights`), each trainable weight's extent and every
 // frozen parameter (module entries that are neither trainable, buffers nor tied aliases).

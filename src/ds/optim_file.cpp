@@ -34,7 +34,7 @@ const Node* zero_stage_enum(pt::Arena& a, int stage) {
   return n;
 }
 
-// The scaler a target engine restores (spec §4.1): an fp16 target keeps an fp16 source's own
+// The scaler a target engine restores [layouts §4.1]: an fp16 target keeps an fp16 source's own
 // scaler, else starts as DeepSpeed starts one; fp32 and bf16 have a static scale of 1.
 struct Scaler {
   const Node* node;
@@ -139,7 +139,7 @@ class OptimFile {
     return {loss_scaler_pickle(a_, s), fp16};
   }
 
-  // clip_grad: the source's, or (a ZeRO-3 source keeps none) its config's gradient_clipping (§2.2).
+  // clip_grad: the source's, or (a ZeRO-3 source keeps none) its config's gradient_clipping [layouts §2.2].
   const Node* clip_grad(const Node* config) const {
     if (const Node* clip = meta("clip_grad")) return clip;
     const Node* c = config ? config->get("gradient_clipping") : nullptr;
@@ -175,7 +175,7 @@ class OptimFile {
   uint64_t es_;
 };
 
-// DeepSpeedZeroOptimizer_Stage3.state_dict() (plan §4.3).
+// DeepSpeedZeroOptimizer_Stage3.state_dict() [layouts §2.2].
 Node* OptimFile::zero3() const {
   Node* state = build::dict(a_);
   Node* fp32 = build::list(a_, {});
@@ -247,7 +247,7 @@ Node* OptimFile::zero12_state(const std::vector<RankPartition>& parts, Node* gro
   return base;
 }
 
-// DeepSpeedZeroOptimizer.state_dict() and BF16_Optimizer.state_dict() (plan §4.1, §4.2).
+// DeepSpeedZeroOptimizer.state_dict() and BF16_Optimizer.state_dict() [layouts §2.2].
 Node* OptimFile::zero12(const Node* config) const {
   const bool bf16opt = plan_.target.stage == TargetStage::Bf16Opt;
   std::vector<RankPartition> parts;

@@ -1,5 +1,5 @@
 #pragma once
-// Tensor / pipeline parallel checkpoints (spec tensor-pipeline-expert.md; docs/tp-pp-plan.md):
+// Tensor / pipeline parallel checkpoints [tp]:
 // the (pp, tp, dp) grid of files, universal_checkpoint_info and the merge rule of each
 // parameter. Private to src/ds.
 #include <map>
@@ -14,7 +14,7 @@
 
 namespace zm::ds {
 
-// universal_checkpoint_info, decoded (§3). Each category keeps its patterns in file order.
+// universal_checkpoint_info, decoded [tp §3]. Each category keeps its patterns in file order.
 struct UcInfo {
   struct Category {
     std::string key;
@@ -30,10 +30,10 @@ struct UcInfo {
 };
 
 // Decodes `info` into `uc`, and what the view re-emits (sub-parameter rules, vocabulary size,
-// the pattern lists for inspect) into `index`. Refuses unsupported AutoTP layouts (§4.1).
+// the pattern lists for inspect) into `index`. Refuses unsupported AutoTP layouts [tp §4.1].
 UcInfo read_uc_info(TagIndex& index, const Field& info);
 
-// Chooses each parameter's rule in merge_tp_slices' order and checks the merged shapes (§4.3);
+// Chooses each parameter's rule in merge_tp_slices' order and checks the merged shapes [tp §4.3];
 // `strict` refuses patterns that no parameter used, as the converter does without --no_strict.
 void assign_tp_rules(TagIndex& index, const UcInfo& uc, bool strict);
 
@@ -48,7 +48,7 @@ struct AutoEp {
 
 // AutoEP metadata of the first model-state file (ds_autoep_layers, else autoep_layers), checked as
 // get_autoep_zero12_expert_param_info checks it; nullopt when there is none. Also stores the
-// entries cut to the fields the converter re-saves in index.autoep_layers (spec §8).
+// entries cut to the fields the converter re-saves in index.autoep_layers [tp §8].
 std::optional<AutoEp> read_autoep(TagIndex& index, const Field& model_root);
 // The dp ranks whose fragments make EP rank e's local experts, in order (_autoep_zero12_dp_ranks);
 // refuses a dp size that ep does not divide, with DeepSpeed's message.

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "model_states.h"
+#include "zeromount/ds/field.h"
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
 

@@ -25,10 +25,6 @@ struct Cursor {
   bool end() const { return s.empty(); }
 };
 
-bool ends_with(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
-}
-
 }  // namespace
 
 std::optional<ShardName> parse_shard_name(std::string_view filename) {
@@ -50,7 +46,7 @@ std::optional<ShardName> parse_shard_name(std::string_view filename) {
       return ShardName{FileKind::OptimStates, dp, mp, prefix};
   }
   // layer_XX-model_states.pt, or layer_XX-model_YY-model_states.pt with tensor parallelism
-  if (Cursor k = c; k.lit("layer_") && k.num(skip, 9) && k.lit("-model_") && ends_with(k.s, "states.pt"))
+  if (Cursor k = c; k.lit("layer_") && k.num(skip, 9) && k.lit("-model_") && k.s.ends_with("states.pt"))
     return ShardName{FileKind::LayerStates, 0, 0, "", skip};
   {
     Cursor k = c;

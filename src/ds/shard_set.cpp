@@ -5,8 +5,21 @@
 namespace zm::ds {
 
 OpenShard ShardSet::open(const std::string& path) {
+  return add(pt::load_pt(path), path);
+}
+
+std::optional<OpenShard> ShardSet::open_like(const std::string& path, const OpenShard& like,
+                                             const std::vector<const pt::Tensor*>& used) {
+  std::unique_ptr<pt::PtFile> pt = pt::load_pt_like(path, *like.pt);
+  if (!pt) return std::nullopt;
+  for (const pt::Tensor* t : used)
+    if (!pt->same_record(*t)) return std::nullopt;
+  return add(std::move(pt), path);
+}
+
+OpenShard ShardSet::add(std::unique_ptr<pt::PtFile> pt, const std::string& path) {
   OpenShard s;
-  s.pt = pt::load_pt(path);
+  s.pt = std::move(pt);
   const struct stat& st = s.pt->file.stat();
   Shard shard;
   shard.path = path;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "zeromount/ds/tp_param.h"
 #include "zeromount/pt/error.h"
 
 namespace zm::ds {
@@ -47,7 +46,7 @@ std::vector<Fragment> TagIndex::zero3_fragments(const Param& p, size_t state, ui
   // Ranks [r0, r1) hold elements [from, from + count); every rank before the last full one holds
   // `part` elements. One bounds check for the whole loop instead of two per rank: with 512 ranks
   // and a target that asks for every parameter of every rank file, this loop is the hot path of a
-  // layout listing (bench/README.md, issue 14).
+  // layout listing (bench/README.md).
   const uint64_t end = std::min(p.numel, from + count);
   const uint64_t r0 = from / part, r1 = std::min(W, (end + part - 1) / part);
   if (r1 > optim_shard.size() || p.sub_group < 0 || state >= K ||

@@ -1,4 +1,4 @@
-// Target layouts (spec fake-layouts.md §3, §6): names, and DeepSpeed's partition arithmetic at a
+// Target layouts [layouts §3, §6]: names, and DeepSpeed's partition arithmetic at a
 // stage, DP size and precision other than the source's.
 #include "zeromount/ds/target_layout.h"
 
@@ -40,7 +40,7 @@ std::optional<uint64_t> take_number(std::string_view& s, uint64_t max) {
   throw Error(where(index.dir, "cannot present as " + target_name(target) + ": " + why), EINVAL);
 }
 
-// Trainable params per param group in param_group['params'] order (spec §3.1 "Param order").
+// Trainable params per param group in param_group['params'] order [layouts §3.1] ("Param order").
 std::vector<std::vector<uint32_t>> param_order(const TagIndex& index, const SourceOptions& source) {
   std::vector<std::vector<uint32_t>> groups(size_t(std::max(index.num_groups, 0)));
   for (size_t k = 0; k < index.params.size(); ++k) groups.at(size_t(index.params[k].group)).push_back(uint32_t(k));
@@ -94,7 +94,7 @@ std::vector<FragmentAddress> overlap(const TagIndex& index, const std::vector<ui
     }
   }
   for (size_t k = first; k < params.size() && offsets[k] < hi; ++k) {
-    if (index.params[params[k]].numel == 0) continue;  // never gets a fragment (spec §3.1)
+    if (index.params[params[k]].numel == 0) continue;  // never gets a fragment [layouts §3.1]
     const uint64_t s = std::max(offsets[k], lo), e = std::min(end_of(k), hi);
     out.push_back({params[k], s - offsets[k], e - s, s - lo});
   }

@@ -1,5 +1,5 @@
-// universal_checkpoint_info and ds_to_universal.py's merge_tp_slices rule table (spec
-// tensor-pipeline-expert.md §3, §4.3; docs/tp-pp-plan.md §2), decided once per parameter.
+// universal_checkpoint_info and ds_to_universal.py's merge_tp_slices rule table
+// [tp §3, §4.3], decided once per parameter.
 #include <algorithm>
 #include <set>
 

@@ -452,7 +452,7 @@ class Reaper {
       const auto surplus = v.surplus();
       for (const auto& [dir, name] : surplus)
         fuse_lowlevel_notify_inval_entry(se, dir, name.c_str(), name.size());  // ENOENT: already gone
-      // What the kernel let go is freed; give the pages back too (issue 27: RSS stayed at its
+      // What the kernel let go is freed; give the pages back too (RSS stayed at its
       // peak after a walk of many made-up entries), now and then, not on every small release.
       if ((let_go += surplus.size()) >= 4096) {
         malloc_trim(0);

@@ -13,7 +13,7 @@ namespace {
 
 // Pointer -> memo index, open addressing with linear probing. The memo is looked up once per
 // value written and filled once per memoizable one; a node-based map spent more time in malloc
-// and free than the emitter spent writing (bench/README.md, issue 14).
+// and free than the emitter spent writing (bench/README.md).
 class PtrIndex {
  public:
   const uint32_t* find(const void* key) const {

@@ -28,33 +28,73 @@ uint64_t hash_range(const File& file, uint64_t offset, uint64_t n) {
   return XXH3_64bits_digest(state.get());
 }
 
-std::unique_ptr<PtFile> load_pt(const std::string& path, const PickleLimits& limits) {
-  auto pt = std::make_unique<PtFile>();
-  pt->file = File(path);
-  ZipReader zip(pt->file);
-  pt->prefix = zip.prefix();
+namespace {
+
+// A file opened as far as its pickle's bytes: its zip directory read, data.pkl and version found.
+struct Opened {
+  std::unique_ptr<PtFile> pt;
+  std::unique_ptr<ZipReader> zip;  // reads pt->file
+  std::string pickle;
+};
+
+Opened open_pt(const std::string& path) {
+  Opened o;
+  o.pt = std::make_unique<PtFile>();
+  o.pt->file = File(path);
+  o.zip = std::make_unique<ZipReader>(o.pt->file);
+  const ZipReader& zip = *o.zip;
+  o.pt->prefix = zip.prefix();
   const ZipEntry* pkl = zip.find("data.pkl");
   if (!pkl) throw FormatError(where(path, "no data.pkl record in archive '" + zip.prefix() + "'"));
   // A pickle cannot be larger than the file that holds it; the zip reader checked that.
-  const std::string bytes = zip.read(*pkl, pt->file.size());
-  pt->pickle_offset = zip.data_offset(*pkl);
-  pt->pickle_size = bytes.size();
-  pt->pickle_hash = hash_bytes(bytes.data(), bytes.size());
+  o.pickle = zip.read(*pkl, o.pt->file.size());
+  o.pt->pickle_offset = zip.data_offset(*pkl);
+  o.pt->pickle_size = o.pickle.size();
+  o.pt->pickle_hash = hash_bytes(o.pickle.data(), o.pickle.size());
   const ZipEntry* version = zip.find(".data/version");
   if (!version) version = zip.find("version");
   if (!version) throw FormatError(where(path, "no version record in archive '" + zip.prefix() + "'"));
+  return o;
+}
 
+// The stored record data/<key> of `nbytes` bytes; throws naming the file when it is missing,
+// compressed or of another size.
+const ZipEntry& storage_record(const ZipReader& zip, const std::string& path, const std::string& key, uint64_t nbytes) {
+  const ZipEntry* rec = zip.find("data/" + key);
+  if (!rec) throw FormatError(where(path, "storage record data/" + key + " is missing"));
+  if (rec->method != 0) throw FormatError(where(path, "storage record data/" + key + " is compressed"));
+  if (rec->size != nbytes)
+    throw FormatError(where(path, "storage record data/" + key + " holds " + std::to_string(rec->size) +
+                                      " bytes, its pickle says " + std::to_string(nbytes)));
+  return *rec;
+}
+
+}  // namespace
+
+std::unique_ptr<PtFile> load_pt(const std::string& path, const PickleLimits& limits) {
+  Opened o = open_pt(path);
+  const ZipReader& zip = *o.zip;
   StorageResolver resolve = [&](const std::string& key, uint64_t nbytes) -> uint64_t {
-    const ZipEntry* rec = zip.find("data/" + key);
-    if (!rec) throw FormatError(where(path, "storage record data/" + key + " is missing"));
-    if (rec->method != 0) throw FormatError(where(path, "storage record data/" + key + " is compressed"));
-    if (rec->size != nbytes)
-      throw FormatError(where(path, "storage record data/" + key + " holds " + std::to_string(rec->size) +
-                                        " bytes, its pickle says " + std::to_string(nbytes)));
-    return zip.data_offset(*rec);
+    return zip.data_offset(storage_record(zip, path, key, nbytes));
   };
-  pt->root = decode_pickle(bytes, pt->arena, path, resolve, limits);
-  return pt;
+  o.pt->root = decode_pickle(o.pickle, o.pt->arena, path, resolve, limits);
+  return std::move(o.pt);
+}
+
+std::unique_ptr<PtFile> load_pt_like(const std::string& path, const PtFile& like) {
+  Opened o = open_pt(path);
+  if (o.pt->pickle_size != like.pickle_size || o.pt->pickle_hash != like.pickle_hash) return nullptr;
+  o.pt->root = like.root;
+  o.pt->like = &like;
+  o.pt->records = std::move(o.zip);
+  return std::move(o.pt);
+}
+
+bool PtFile::same_record(const Tensor& t) const {
+  if (!like) return true;
+  const ZipEntry* rec = records->find("data/" + t.storage_key);
+  return rec && rec->method == 0 && rec->size == t.storage_numel * element_size(t.dtype) &&
+         records->data_offset(*rec) == t.record_offset;
 }
 
 }  // namespace zm::pt

@@ -5,6 +5,12 @@
 
 namespace zm::pt {
 
+VirtualFile VirtualFile::from_text(std::string_view text) {
+  VirtualFile f;
+  f.append_inline(text);
+  return f;
+}
+
 void VirtualFile::append_inline(std::string_view bytes) {
   if (bytes.empty()) return;
   if (!segs_.empty() && segs_.back().kind == Segment::Inline) {

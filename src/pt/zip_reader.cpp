@@ -135,11 +135,23 @@ ZipReader::ZipReader(const File& file) : file_(file) {
   if (slash == std::string::npos || slash == 0)
     throw FormatError(where(path, "first zip entry '" + entries_[0].name + "' is not in a subdirectory"));
   prefix_ = entries_[0].name.substr(0, slash);
-  for (size_t k = 0; k < entries_.size(); ++k) by_name_.emplace(entries_[k].name, k);
 }
 
 const ZipEntry* ZipReader::find(const std::string& record) const {
-  auto it = by_name_.find(prefix_ + "/" + record);
+  const std::string name = prefix_ + "/" + record;
+  // A file whose records are each looked up (a decoded pickle: one per storage) gets a name index;
+  // one asked for a few (data.pkl, version, a rank's buffers) is scanned instead, so that opening
+  // a file of 100,000 records costs no 100,000 insertions.
+  if (by_name_.empty() && ++finds_ > kScannedFinds) {
+    by_name_.reserve(entries_.size());
+    for (size_t k = 0; k < entries_.size(); ++k) by_name_.emplace(entries_[k].name, k);
+  }
+  if (by_name_.empty()) {
+    for (const ZipEntry& e : entries_)
+      if (e.name == name) return &e;
+    return nullptr;
+  }
+  auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 

@@ -194,7 +194,7 @@ def test_torch_layout_loads_into_a_plain_torch_optimizer(name):
 def test_a_dcp_folder_too_big_to_plan_is_refused_not_built(tmp_path):
     """Anyone may look up layouts/fsdp-dp65536: a target whose DCP folders would hold more chunks
     than a plan may (kMaxDcpChunks) is refused with its reason, and a small W of it still works."""
-    gen = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
+    gen = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "tools",
                        "gen_ckpt.py")
     src = tmp_path / "many"
     subprocess.run(["/usr/bin/python3", gen, str(src), "--stage", "2", "--dp", "2", "--params", "40000",

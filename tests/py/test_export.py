@@ -94,7 +94,7 @@ def test_a_stopped_export_leaves_nothing_and_a_dead_ones_leftovers_go(tmp_path):
     import time
     big = tmp_path / "big"
     subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "bench", "gen_ckpt.py"), str(big), "--stage", "2", "--dp", "2", "--params", "8",
+        os.path.abspath(__file__)))), "tests", "tools", "gen_ckpt.py"), str(big), "--stage", "2", "--dp", "2", "--params", "8",
         "--numel-min", "4000000", "--numel-max", "4000000"], check=True, capture_output=True, timeout=300)
     out = tmp_path / "exported"
     # SIGHUP: the ssh session that ran the export closed.

@@ -1,5 +1,5 @@
 """Layouts the W=2 fixtures cannot show (issue 3): other world sizes, many sub-groups and groups,
-ranks that hold only padding, frozen parameters, two tags in one folder. bench/gen_ckpt.py writes
+ranks that hold only padding, frozen parameters, two tags in one folder. tests/tools/gen_ckpt.py writes
 DeepSpeed-shaped checkpoints plus the full tensors they were cut from; the mount must give back
 exactly those tensors."""
 import json
@@ -14,7 +14,7 @@ import torch
 from conftest import FIXTURES, ZEROMOUNT, mount
 from test_browse import read_safetensors
 
-GEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench", "gen_ckpt.py")
+GEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "tools", "gen_ckpt.py")
 
 CASES = {
     "z1_w3": ["--stage", "1", "--dp", "3", "--params", "9", "--groups", "3"],

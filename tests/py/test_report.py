@@ -22,7 +22,7 @@ from conftest import BUILD, FIXTURES, ZEROMOUNT, live_state, mount
 
 TAG = "global_step3"
 HERE = os.path.dirname(os.path.abspath(__file__))
-GEN = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "gen_ckpt.py")
+GEN = os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests", "tools", "gen_ckpt.py")
 ARTIFACTS = os.environ.get("ZM_ARTIFACTS", os.path.join(BUILD, "tests", "report-artifacts"))
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (scripts/deps.sh installs it)")

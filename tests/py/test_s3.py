@@ -28,7 +28,7 @@ from test_browse import read_safetensors
 pytestmark = pytest.mark.skipif(s3stack.missing() is not None, reason=str(s3stack.missing()))
 
 TAG = "global_step3"
-GEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
+GEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "tools",
                    "gen_ckpt.py")
 # Requests of 32 KiB, not doubled: a rank's pieces are fetched with at most one request's worth
 # of bytes past each piece (rclone's default, 128 MiB doubling, fetches whole chunks it then drops).

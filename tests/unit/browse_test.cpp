@@ -36,7 +36,7 @@ std::string field(const std::string& info, const std::string& key) {
 
 TEST(ParamInfo, CountsNaNAndInfinityAndKeepsStatisticsFinite) {
   const std::string ckpt = temp_dir() + "/ckpt";
-  fs::copy(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", ckpt, fs::copy_options::recursive);
+  copy_fixture("z2_ws2_fp32_pg2/checkpoint", ckpt);
   auto ix = ds::index_tag(ckpt + "/global_step3");
   const ds::Param* p = ix->find("fc1.bias");
   ASSERT_TRUE(p);

@@ -125,7 +125,7 @@ TEST(Folders, ABrokenNestedTagIsNamedByItsPathInTheMount) {
 // issue 20: a keep-last-N cleanup (DeepSpeed's, the Trainer's save_total_limit) deletes tags.
 TEST(Folders, ADeletedTagLeavesStatsAndTheTargetsMadeAfterIt) {
   const std::string src = test::temp_dir() + "/ckpt";
-  fs::copy(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", src, fs::copy_options::recursive);
+  test::copy_fixture("z2_ws2_fp32_pg2/checkpoint", src);
   fs::copy(src + "/global_step3", src + "/global_step5", fs::copy_options::recursive);
   test::write_file(src + "/latest", "global_step5");
   view::ViewOptions o;
@@ -156,7 +156,7 @@ TEST(Folders, ADeletedTagLeavesStatsAndTheTargetsMadeAfterIt) {
 // issue 20: a target listed before a save lists the new tag after it.
 TEST(Folders, ATargetListedBeforeASaveListsTheNewTag) {
   const std::string src = test::temp_dir() + "/ckpt";
-  fs::copy(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", src, fs::copy_options::recursive);
+  test::copy_fixture("z2_ws2_fp32_pg2/checkpoint", src);
   view::ViewOptions o;
   o.rescan_seconds = 1e-9;
   auto v = view::View::load(src, o);
@@ -169,7 +169,7 @@ TEST(Folders, ATargetListedBeforeASaveListsTheNewTag) {
 // issue 20: at mount, a `latest` that names a tag the view cannot serve is not shown as is.
 TEST(Folders, LatestNamingATruncatedTagAtMountShowsTheNewestServedTag) {
   const std::string src = test::temp_dir() + "/ckpt";
-  fs::copy(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", src, fs::copy_options::recursive);
+  test::copy_fixture("z2_ws2_fp32_pg2/checkpoint", src);
   fs::copy(src + "/global_step3", src + "/global_step9", fs::copy_options::recursive);
   fs::remove(src + "/global_step9/" + ds::optim_states_name("", 1, 0));
   test::write_file(src + "/latest", "global_step9");

@@ -30,6 +30,10 @@ std::string temp_dir() {
   return t;
 }
 
+void copy_fixture(const std::string& what, const std::string& to) {
+  fs::copy(kFixtures + "/" + what, to, fs::copy_options::recursive);
+}
+
 std::vector<std::string> pt_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir))
@@ -52,6 +56,18 @@ std::string read_all(const pt::VirtualFile& f, const pt::ExtentReader& src) {
   std::string s(f.size(), '\0');
   if (f.read(0, s.data(), s.size(), src) != s.size()) throw std::runtime_error("short read");
   return s;
+}
+
+std::string extent_bytes(const ds::TagIndex& ix, const std::vector<pt::Extent>& extents) {
+  std::string out;
+  for (const auto& e : extents) out += pt::File(ix.shards.at(e.file).path).read_string(e.offset, e.length, "extent");
+  return out;
+}
+
+std::string fragment_bytes(const ds::TagIndex& ix, const ds::Param& p, size_t k) {
+  std::vector<pt::Extent> extents;
+  for (const auto& f : ix.fragments(p, k)) extents.push_back(f.extent);
+  return extent_bytes(ix, extents).substr(0, p.numel * pt::element_size(ix.master_dtype));
 }
 
 }  // namespace zm::test

@@ -2,6 +2,7 @@
 #include <string>
 #include <vector>
 
+#include "zeromount/ds/tag_index.h"
 #include "zeromount/pt/pt_file.h"
 #include "zeromount/pt/virtual_file.h"
 
@@ -14,6 +15,8 @@ inline const std::vector<std::string> kFixtureNames = {"z1_ws2_fp32_pg2", "z2_ws
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
 std::string temp_dir();  // fresh, under TMPDIR
+// A copy of tests/fixtures/<what> (a file or a whole folder) at `to`, for a test that changes it.
+void copy_fixture(const std::string& what, const std::string& to);
 // Every .pt file below a folder, sorted.
 std::vector<std::string> pt_files(const std::string& dir);
 // The raw bytes of a contiguous tensor of a loaded file.
@@ -28,5 +31,9 @@ class PathSource : public pt::ExtentReader {
   std::vector<std::string> paths_;
 };
 std::string read_all(const pt::VirtualFile& f, const pt::ExtentReader& src);
+// The bytes of `extents` of the index's shards, in order.
+std::string extent_bytes(const ds::TagIndex& ix, const std::vector<pt::Extent>& extents);
+// Parameter p's flat state k (0 = fp32) as its fragments hold it: p.numel elements.
+std::string fragment_bytes(const ds::TagIndex& ix, const ds::Param& p, size_t k);
 
 }  // namespace zm::test

@@ -183,7 +183,7 @@ void rewrite_pt(const std::string& path, const std::function<void(pt::Arena&, No
 std::string edited_tag_error(const std::string& fixture, const std::string& file,
                              const std::function<void(pt::Arena&, Node&)>& edit) {
   const std::string dst = temp_dir() + "/global_step3";
-  fs::copy(kFixtures + "/" + fixture + "/checkpoint/global_step3", dst);
+  copy_fixture(fixture + "/checkpoint/global_step3", dst);
   rewrite_pt(dst + "/" + file, edit);
   try {
     ds::index_tag(dst);
@@ -297,7 +297,7 @@ TEST(HostileCheckpoint, MixedModuleDtypesAreRefused) {
 // central directory is patched, since no writer makes such a file.
 TEST(HostileCheckpoint, OddBf16ByteCountIsRefused) {
   const std::string dst = temp_dir() + "/global_step3";
-  fs::copy(kFixtures + "/z2_ws2_bf16_pg2/checkpoint/global_step3", dst);
+  copy_fixture("z2_ws2_bf16_pg2/checkpoint/global_step3", dst);
   const std::string file = dst + "/mp_rank_00_model_states.pt";
   std::string bytes = read_file(file);
   size_t patched = 0;

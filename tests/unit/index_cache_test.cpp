@@ -5,7 +5,9 @@
 #include <sys/time.h>
 
 #include <fcntl.h>
+#include <xxhash.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -206,7 +208,7 @@ TEST_F(IndexCache, NoStrictEntryIsNotServedToAStrictMount) {
 
 TEST_F(IndexCache, StaleWhenAShardChanges) {
   const std::string dst = temp_dir() + "/global_step3";
-  fs::copy(kFixtures + "/z3_ws2_fp32_pg2/checkpoint/global_step3", dst);
+  copy_fixture("z3_ws2_fp32_pg2/checkpoint/global_step3", dst);
   bool hit = true;
   ds::index_tag_cached(dst, &hit);
   ds::index_tag_cached(dst, &hit);
@@ -241,6 +243,31 @@ TEST_F(IndexCache, CorruptEntriesAreIgnored) {
   std::string old = ds::serialize_index(*ix);
   old[7] = '2';
   EXPECT_THROW(ds::deserialize_index(old), FormatError);
+}
+
+// An entry whose checksum holds but whose enum is out of range (a bug, or a write from another
+// version under the same format number) is refused, and the tag indexed again: never a value cast
+// from a wrong number.
+TEST_F(IndexCache, AnEnumOutOfRangeRefusesTheEntry) {
+  const std::string tag = kFixtures + "/z2_ws2_fp32_pg2/checkpoint/global_step3";
+  bool hit = false;
+  const auto fresh = ds::index_tag_cached(tag, &hit);
+  ASSERT_FALSE(hit);
+  const std::string good = ds::serialize_index(*fresh);
+  // The body after magic and checksum: tag, dir, stage, dp, mp, optimizer, bf16_optimizer, master_dtype.
+  const size_t optimizer = 16 + 8 + fresh->tag.size() + 8 + fresh->dir.size() + 3 * 8, master_dtype = optimizer + 16;
+  for (size_t at : {optimizer, master_dtype}) {
+    std::string bad = good;
+    const uint64_t v = 200;
+    memcpy(bad.data() + at, &v, 8);
+    const uint64_t sum = XXH3_64bits(bad.data() + 16, bad.size() - 16);
+    memcpy(bad.data() + 8, &sum, 8);
+    EXPECT_THROW(ds::deserialize_index(bad), FormatError) << at;
+    for (const auto& e : fs::directory_iterator(cache_ + "/zeromount")) write_file(e.path(), bad);
+    const auto again = ds::index_tag_cached(tag, &hit);
+    EXPECT_FALSE(hit) << at;
+    EXPECT_EQ(ds::serialize_index(*again), good) << at;
+  }
 }
 
 }  // namespace

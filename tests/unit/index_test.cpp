@@ -11,6 +11,7 @@
 #include "zeromount/ds/field.h"
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/zip_reader.h"
 
 namespace zm::test {
 namespace {
@@ -242,7 +243,7 @@ TEST(Precision, DynamicLossScalerFields) {
 // A copy of a fixture's tag folder in a temp dir, to break.
 std::string copy_tag(const std::string& name) {
   const std::string dst = temp_dir() + "/global_step3";
-  fs::copy(kFixtures + "/" + name + "/checkpoint/global_step3", dst);
+  copy_fixture(name + "/checkpoint/global_step3", dst);
   return dst;
 }
 
@@ -324,3 +325,57 @@ TEST(ShardNames, EveryKindDeepSpeedWrites) {
 
 }  // namespace
 }  // namespace zm
+
+namespace zm::test {
+namespace {
+
+// What an independent decode of `model` says: the byte offset of `module[buffer]` and of
+// `frozen_param_fragments[frozen]`.
+std::pair<uint64_t, uint64_t> own_offsets(const std::string& model, const std::string& buffer,
+                                          const std::string& frozen) {
+  auto pt = pt::load_pt(model);
+  const ds::Field root(pt->root, model);
+  return {root["module"][buffer].as_tensor().byte_offset(),
+          root["frozen_param_fragments"][frozen].as_tensor().byte_offset()};
+}
+
+// A ZeRO-3 rank's model file whose pickle is rank 0's byte for byte (DeepSpeed's, as here) is read
+// as rank 0's values, not decoded again; its frozen fragment and buffer must still be its own
+// bytes. Then the same pickle with rank 1's buffer record moved 64 bytes on (a longer extra field
+// in its local header): that rank is decoded on its own, and the index follows its record.
+TEST(RankModelFiles, ARankWithRankZerosPickleKeepsItsOwnBytes) {
+  const std::string d = copy_tag("z3_ws2_fp32_pg2");
+  const std::string r0 = d + "/zero_pp_rank_0_mp_rank_00_model_states.pt",
+                    r1 = d + "/zero_pp_rank_1_mp_rank_00_model_states.pt";
+  ASSERT_EQ(pt::load_pt(r0)->pickle_hash, pt::load_pt(r1)->pickle_hash) << "the fixture no longer tests this";
+  for (bool moved : {false, true}) {
+    const auto probe_index = ds::index_tag(d);
+    const ds::TagIndex& probe = *probe_index;
+    ASSERT_EQ(probe.buffers.size(), 1u);
+    ASSERT_EQ(probe.frozen.size(), 1u);
+    const std::string buffer = probe.buffers[0].name, frozen = probe.frozen[0].name;
+    if (moved) {
+      auto pt = pt::load_pt(r1);
+      const std::string key = ds::Field(pt->root, r1)["module"][buffer].as_tensor().storage_key;
+      const pt::ZipReader zip(pt->file);
+      const uint64_t at = zip.find("data/" + key)->local_header + 28;  // the extra field's length
+      std::string bytes = read_file(r1);
+      const uint16_t extra = uint16_t(uint8_t(bytes[at]) | uint8_t(bytes[at + 1]) << 8) + 64;
+      bytes[at] = char(extra & 0xFF);
+      bytes[at + 1] = char(extra >> 8);
+      write_file(r1, bytes);
+    }
+    const auto [buffer_at, frozen_at] = own_offsets(r1, buffer, frozen);
+    const auto index = ds::index_tag(d);
+    const ds::TagIndex& ix = *index;
+    ASSERT_EQ(ix.rank_buffers.size(), 2u);
+    const pt::Extent b = ix.rank_buffers[1][0].data.at(0), f = ix.frozen[0].data.at(1);
+    EXPECT_EQ(ix.shards.at(b.file).path, r1);
+    EXPECT_EQ(b.offset, buffer_at) << (moved ? "moved record" : "same record");
+    EXPECT_EQ(ix.shards.at(f.file).path, r1);
+    EXPECT_EQ(f.offset, frozen_at) << (moved ? "moved record" : "same record");
+  }
+}
+
+}  // namespace
+}  // namespace zm::test

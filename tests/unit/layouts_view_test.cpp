@@ -429,7 +429,7 @@ TEST(LayoutsView, TheComparerSeesAWrongRank) {
 
 TEST(LayoutsView, ARealLayoutsFolderWins) {
   const std::string src = temp_dir() + "/ckpt";
-  fs::copy(kFixtures + "/z2_ws2_fp32_pg2/checkpoint", src, fs::copy_options::recursive);
+  copy_fixture("z2_ws2_fp32_pg2/checkpoint", src);
   fs::create_directory(src + "/layouts");
   write_file(src + "/layouts/mine.txt", "real");
   auto v = View::load(src);
@@ -446,23 +446,9 @@ TEST(LayoutsView, ARealLayoutsFolderWins) {
 
 // ---- (2) round trip: a fake, indexed back by our own indexer, equals its source ----
 
+// The first n bytes of `extents`.
 std::string extent_bytes(const ds::TagIndex& ix, const std::vector<pt::Extent>& extents, uint64_t n) {
-  std::vector<std::string> paths;
-  for (const auto& s : ix.shards) paths.push_back(s.path);
-  PathSource src(paths);
-  std::string out;
-  for (const auto& e : extents) {
-    std::string b(e.length, '\0');
-    src.pread(e.file, e.offset, b.data(), b.size());
-    out += b;
-  }
-  return out.substr(0, n);
-}
-
-std::string state_bytes(const ds::TagIndex& ix, const ds::Param& p, size_t k) {
-  std::vector<pt::Extent> ex;
-  for (const auto& f : ix.fragments(p, k)) ex.push_back(f.extent);
-  return extent_bytes(ix, ex, p.numel * pt::element_size(ix.master_dtype));
+  return test::extent_bytes(ix, extents).substr(0, n);
 }
 
 void expect_same_state(const ds::TagIndex& src, const ds::TagIndex& fake, const std::string& what) {
@@ -475,7 +461,7 @@ void expect_same_state(const ds::TagIndex& src, const ds::TagIndex& fake, const 
     EXPECT_EQ(q->shape, p.shape) << what << ": " << p.name;
     EXPECT_EQ(q->group, p.group) << what << ": " << p.name;
     for (size_t k = 0; k < src.state_names.size(); ++k) {
-      EXPECT_TRUE(state_bytes(fake, *q, k) == state_bytes(src, p, k))
+      EXPECT_TRUE(fragment_bytes(fake, *q, k) == fragment_bytes(src, p, k))
           << what << ": " << p.name << " " << src.state_names[k];
     }
     EXPECT_EQ(fake.scalar_names, src.scalar_names) << what;

@@ -11,11 +11,12 @@
 #include <optional>
 #include <random>
 
-#include "../../src/view/files/report_html.h"  // internal: the pages' axis labels
 #include "helpers.h"
 #include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
-#include "zeromount/view/files/report.h"
+#include "zeromount/view/files/report_html.h"
+#include "zeromount/view/files/report_page.h"
+#include "zeromount/view/files/report_run.h"
 #include "zeromount/view/files/stats.h"
 #include "zeromount/view/provider.h"
 
@@ -139,6 +140,97 @@ TEST(ReportStats, BlocksMergeToTheStatisticsOfTheWhole) {
   EXPECT_NEAR(s.l2(), std::sqrt(sq), 1e-9 * std::sqrt(sq));
 }
 
+// Brute force: the finite values' count, extremes, mean, deviation and norm, and the others counted.
+struct Brute {
+  size_t n = 0, nan = 0, inf = 0;
+  double lo = INFINITY, hi = -INFINITY, mean = 0, dev = 0, l2 = 0;
+};
+Brute brute(const std::vector<double>& v) {
+  Brute b;
+  double sum = 0, sq = 0;
+  for (double x : v)
+    if (std::isfinite(x))
+      ++b.n, sum += x, sq += x * x, b.lo = std::min(b.lo, x), b.hi = std::max(b.hi, x);
+    else
+      ++(std::isnan(x) ? b.nan : b.inf);
+  b.mean = b.n ? sum / double(b.n) : 0;
+  double m2 = 0;
+  for (double x : v)
+    if (std::isfinite(x)) m2 += (x - b.mean) * (x - b.mean);
+  b.dev = b.n ? std::sqrt(m2 / double(b.n)) : 0;
+  b.l2 = std::sqrt(sq);
+  return b;
+}
+
+void expect_stats(const view::Stats& s, const Brute& b, const std::string& what) {
+  EXPECT_EQ(s.n, b.n) << what;
+  EXPECT_EQ(s.nan, b.nan) << what;
+  EXPECT_EQ(s.inf, b.inf) << what;
+  if (!b.n) {
+    EXPECT_TRUE(std::isnan(s.lowest()) && std::isnan(s.average())) << what;
+    return;
+  }
+  EXPECT_EQ(s.lowest(), b.lo) << what;
+  EXPECT_EQ(s.highest(), b.hi) << what;
+  EXPECT_NEAR(s.average(), b.mean, 1e-12 * std::max(1.0, std::fabs(b.mean))) << what;
+  EXPECT_NEAR(s.deviation(), b.dev, 1e-9 * std::max(1e-30, b.dev) + 1e-300) << what;
+  EXPECT_NEAR(s.l2(), b.l2, 1e-12 * b.l2) << what;
+}
+
+// Every block length around the four-value lanes, each with and without a value that is not
+// finite at every place (first, last, middle), in floats and doubles: the one-pass lanes and the
+// careful way give the brute-force statistics.
+TEST(ReportStats, EveryBlockLengthAndEveryPlaceOfANaNOrInf) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(3, 2);
+  for (size_t len = 0; len <= 11; ++len)
+    for (size_t bad = 0; bad <= len; ++bad)
+      for (float odd : {NAN, INFINITY, -INFINITY}) {
+        std::vector<float> f(len);
+        for (float& x : f) x = d(rng);
+        if (bad < len) f[bad] = odd;  // bad == len: all finite
+        const std::vector<double> v(f.begin(), f.end());
+        const std::string what = "length " + std::to_string(len) + ", odd value at " + std::to_string(bad);
+        view::Stats sf, sd;
+        sf.add(f.data(), f.size());
+        sd.add(v.data(), v.size());
+        expect_stats(sf, brute(v), what + " (float)");
+        expect_stats(sd, brute(v), what + " (double)");
+      }
+}
+
+// The Adam update size in double, |m| / (sqrt(v) + eps), element by element: its statistics, and
+// each size rounded once to float, whatever the length and wherever a negative v (NaN) sits.
+TEST(ReportStats, UpdateSizesAreTheDoubleFormulaElementByElement) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> d(0, 1e-3f);
+  for (size_t len : {0, 1, 3, 4, 5, 8, 13, 1000}) {
+    for (int negative : {-1, 0, 1}) {
+      std::vector<float> m(len), v(len), out(len);
+      for (size_t k = 0; k < len; ++k) {
+        m[k] = d(rng);
+        v[k] = d(rng) * d(rng);
+        v[k] = std::fabs(v[k]);
+      }
+      if (negative >= 0 && len) v[negative ? len - 1 : 0] = -1e-6f;
+      const double eps = 1e-8;
+      std::vector<double> want(len);
+      for (size_t k = 0; k < len; ++k) want[k] = std::fabs(double(m[k])) / (std::sqrt(double(v[k])) + eps);
+      view::Stats s;
+      view::add_update_sizes(s, m.data(), v.data(), eps, len, out.data());
+      const std::string what = "length " + std::to_string(len) + ", negative v " + std::to_string(negative);
+      expect_stats(s, brute(want), what);
+      for (size_t k = 0; k < len; ++k) {
+        if (std::isnan(want[k])) {
+          EXPECT_TRUE(std::isnan(out[k])) << what << " at " << k;
+          continue;
+        }
+        EXPECT_EQ(out[k], float(want[k])) << what << " at " << k;
+      }
+    }
+  }
+}
+
 // What stat says of every report page of `v` is what a reader reads.
 void expect_sizes_known_at_stat(const view::View& v, const std::vector<std::string>& pages) {
   for (const auto& page : pages) {
@@ -172,7 +264,7 @@ TEST(ReportPages, EveryFixtureIsSizedWithoutReadingATensor) {
 // fc1.bias all NaN, one weight of fc1.weight +inf and one -inf, exp_avg_sq of fc2.bias all inf.
 std::string hostile_copy(const std::string& fixture) {
   const std::string ckpt = test::temp_dir() + "/ckpt";
-  fs::copy(test::kFixtures + "/" + fixture + "/checkpoint", ckpt, fs::copy_options::recursive);
+  test::copy_fixture(fixture + "/checkpoint", ckpt);
   auto ix = ds::index_tag(ckpt + "/global_step3");
   // Element k of a state becomes value(k), where that is not nothing.
   const auto write = [&](const char* name, size_t state, const std::function<std::optional<float>(uint64_t)>& value) {
@@ -214,7 +306,7 @@ TEST(ReportPages, HostileValuesKeepTheSizeAndAreShownAsSuch) {
 // file is gone, so the index's order), and a listing of the folder with its attributes works.
 TEST(ReportPages, ATagDeletedBeforeItsPageIsSizedStillListsAndStats) {
   const std::string ckpt = test::temp_dir() + "/ckpt";
-  fs::copy(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", ckpt, fs::copy_options::recursive);
+  test::copy_fixture("z2_ws2_fp32_pg2/checkpoint", ckpt);
   auto v = view::View::load(ckpt);
   fs::remove_all(ckpt + "/global_step3");
   const view::Inode& params = at(*v, "/global_step3_params");
@@ -263,7 +355,7 @@ TEST(ReportPages, NoReportFilesWithReportOff) {
 
 TEST(ReportPages, ARunFolderPageIndexesItsCheckpointsWhenStatNotWhenListed) {
   const std::string src = test::temp_dir() + "/out";
-  fs::copy(test::kFixtures + "/hf/gpt2_z2/run", src, fs::copy_options::recursive);
+  test::copy_fixture("hf/gpt2_z2/run", src);
   auto v = view::View::load(src);
   const view::Inode& page = at(*v, "/report.html");
   EXPECT_FALSE(v->attr_ready(page)) << "a listing does not size it";

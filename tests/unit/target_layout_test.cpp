@@ -141,14 +141,6 @@ Loaded load(const std::string& path) {
   return {pt::load_pt(path), fs::path(path).filename().string()};
 }
 
-// A parameter's full flat state k (0 = fp32), from the source index.
-std::string source_state(const ds::TagIndex& ix, const ds::Param& p, size_t k) {
-  std::string out;
-  for (const auto& f : ix.fragments(p, k))
-    out += pt::File(ix.shards.at(f.extent.file).path).read_string(f.extent.offset, f.extent.length, "extent");
-  return out.substr(0, p.numel * 4);
-}
-
 void expect_shapes(const ds::TagIndex& ix, const ds::Field& shapes, const std::vector<uint32_t>& params) {
   const auto items = shapes.items();
   ASSERT_EQ(items.size(), params.size()) << shapes.path();
@@ -164,7 +156,8 @@ void expect_values(const ds::TagIndex& ix, const Loaded& f, const std::vector<ds
   for (const auto& a : pieces) {
     const ds::Param& p = ix.params[a.param];
     for (size_t k = 0; k < states.size(); ++k)
-      EXPECT_EQ(f.elements(states[k], a.start, a.numel), source_state(ix, p, k).substr(a.param_start * 4, a.numel * 4))
+      EXPECT_EQ(f.elements(states[k], a.start, a.numel),
+                test::fragment_bytes(ix, p, k).substr(a.param_start * 4, a.numel * 4))
           << f.name << " " << p.name << " state " << ix.state_names[k];
   }
 }

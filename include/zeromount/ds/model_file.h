@@ -1,7 +1,7 @@
 #pragma once
 // DeepSpeed's model-state files, written side: what one rank's mp_rank_00_model_states.pt (ZeRO-1/2,
 // BF16_Optimizer) or zero_pp_rank_<r>_mp_rank_00_model_states.pt (ZeRO-3) holds when DeepSpeed saves
-// at a target layout (fake-layouts plan §3), typed from the index. ds/optim_file.h's twin; the view
+// at a target layout [layouts §2.1], typed from the index. ds/optim_file.h's twin; the view
 // turns the tree into a file.
 #include <cstdint>
 #include <vector>

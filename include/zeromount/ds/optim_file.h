@@ -1,19 +1,16 @@
 #pragma once
 // DeepSpeed's optimizer-state files, written side: what one rank's *_optim_states.pt holds when
-// DeepSpeed's optimizer classes save it at a target layout (fake-layouts plan §4 lists every key,
-// in order, and where each value comes from): DeepSpeedZeroOptimizer (ZeRO-1/2), BF16_Optimizer
-// and DeepSpeedZeroOptimizer_Stage3, typed from the index. The view turns the tree into a file.
+// DeepSpeed's optimizer classes save it at a target layout [layouts §2.2]: DeepSpeedZeroOptimizer
+// (ZeRO-1/2), BF16_Optimizer and DeepSpeedZeroOptimizer_Stage3, typed from the index. The view
+// turns the tree into a file.
 #include <cstdint>
-#include <functional>
 
+#include "zeromount/ds/state_bytes.h"
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/value.h"
 
 namespace zm::ds {
-
-// Where a shard extent of the index is read from (the view maps shard ids to its file table).
-using ExtentMap = std::function<pt::Extent(const pt::Extent&)>;
 
 // A per-group value ('step', ...) as the source stored it: a tensor (its own storage, read through
 // `map`), an int, a float or None.

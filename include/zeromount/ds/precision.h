@@ -2,6 +2,7 @@
 // What a checkpoint says about precision: which optimizer wrapper saved it and the loss scaler it
 // pickled. The view needs both to make files a target engine of the same class accepts.
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "zeromount/pt/dtype.h"
@@ -9,7 +10,9 @@
 
 namespace zm::ds {
 
-// The DeepSpeed class whose state_dict() wrote the optimizer files (spec §3.2).
+class Field;  // field.h
+
+// The DeepSpeed class whose state_dict() wrote the optimizer files [formats §3.2].
 enum class OptimizerClass : uint8_t {
   DeepSpeedZeroOptimizer,         // ZeRO-1/2, stage_1_and_2.py
   DeepSpeedZeroOptimizer_Stage3,  // ZeRO-3, stage3.py
@@ -44,5 +47,11 @@ inline constexpr double kInitialDynamicScale = 65536.0;
 // The scaler as DeepSpeed pickles it: NEWOBJ of its class, BUILD with the fields its __init__
 // sets, in that order. nullptr-free: a None kind is pickled as a static scale of 1.
 const pt::Node* loss_scaler_pickle(pt::Arena& a, const LossScaler& s);
+
+// Read side, for the indexers. optimizer_state_dict.loss_scaler, field by field; LossScaler::None
+// when absent (BF16_Optimizer).
+LossScaler read_loss_scaler(const Field& osd);
+// The one mixed-dtype check: `tensor` must be `want`, the dtype of `whose` (e.g. "the master weights").
+void require_dtype(const Field& tensor, pt::DType want, const std::string& whose);
 
 }  // namespace zm::ds

@@ -1,5 +1,5 @@
 #pragma once
-// DeepSpeed's file names (spec §2.2): what each file in a tag folder is, parsed from its name.
+// DeepSpeed's file names [formats §2.2]: what each file in a tag folder is, parsed from its name.
 #include <optional>
 #include <string>
 #include <string_view>

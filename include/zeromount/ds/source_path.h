@@ -1,9 +1,8 @@
 #pragma once
 // Following links in SRC without ever entering the mount itself. A daemon thread that looks into
-// its own mount waits on itself (issue 27: a tag folder linked into MNT hung every reader, in D
-// state), so every link the daemon follows is resolved here, component by component, and a path
-// that lies in the fence (the daemon's mount point and any bind of it) is refused before it is
-// touched.
+// its own mount waits on itself (a tag folder linked into MNT hung every reader, in D state), so
+// every link the daemon follows is resolved here, component by component, and a path that lies in
+// the fence (the daemon's mount point and any bind of it) is refused before it is touched.
 #include <sys/types.h>
 
 #include <string>

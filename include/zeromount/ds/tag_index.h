@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,7 @@ struct StepValue {
   double f = 0;
 };
 
-// ZeRO-3 splits n elements into W partitions of ceil(n/W) each (spec §4.2); the last ones pad.
+// ZeRO-3 splits n elements into W partitions of ceil(n/W) each [formats §4.2]; the last ones pad.
 // The one definition of that padding arithmetic: the index, its fragments and the cache use it.
 inline uint64_t zero3_partition(uint64_t n, uint64_t W) {
   return (n + W - 1) / W;
@@ -55,7 +56,7 @@ inline uint64_t valid_on_rank(uint64_t n, uint64_t part, uint64_t rank) {
 }
 
 // How a parameter's tensor-parallel slices make its universal tensor: ds_to_universal.py's
-// merge_tp_slices rules (spec tensor-pipeline-expert.md §4.3), chosen once at index time.
+// merge_tp_slices rules [tp §4.3], chosen once at index time.
 enum class TpRule : uint8_t {
   Cat,           // rules 5 / 6: torch.cat on cat_dim (1 row-parallel, 0 default); also T = 1
   Replicated,    // rule 1: slice 0 (the others must be equal)
@@ -120,16 +121,45 @@ void element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t
 std::vector<pt::Extent> element_extents(const std::vector<Fragment>& frags, uint64_t from, uint64_t count,
                                         uint64_t element_size);
 
-struct TagIndex {
+struct TagIndex;
+// A parallel parameter's whole merged state (Param::merged_numel elements: the storage of a
+// vocabulary tensor) as extents; nullopt for an averaged parameter, whose bytes must be computed.
+// Replicated: slice 0. Defined with the merge rules' run generator (tp_param.cpp).
+std::optional<std::vector<pt::Extent>> merged_extents(const TagIndex& ix, const Param& p, size_t state);
+
+// What a tag's optimizer files say about all of it: the stage and the optimizer class that saved
+// it, its precisions and loss scaler, the names of its states and its per-group values. A parallel
+// source takes them, whole, from its first (pp, tp) cell (index_parallel.cpp).
+struct OptimizerGlobals {
+  int stage = 0;
+  OptimizerClass optimizer = OptimizerClass::DeepSpeedZeroOptimizer;
+  bool bf16_optimizer = false;              // optimizer == BF16_Optimizer (kept for the view)
+  pt::DType master_dtype = pt::DType::F32;  // fp32 partitions and optimizer states
+  pt::DType module_dtype = pt::DType::F32;  // training precision: the model-state module weights
+  // ZeRO-1/2 saved with elastic_checkpoint: base_optimizer_state is a list of per-group states cut
+  // to each rank's valid elements, without param_groups (DeepSpeed keeps the loading engine's).
+  bool elastic = false;
+  LossScaler loss_scaler;  // from rank 0's optimizer file
+  std::string ds_version;
+  // "fp32" first, then the optimizer's own keys partitioned like it (exp_avg, exp_avg_sq, ...).
+  std::vector<std::string> state_names;
+  // The optimizer's other per-group keys ('step', ...), in rank 0's order; empty for an optimizer
+  // that never stepped (its state is {}), as state_names is then just "fp32".
+  std::vector<std::string> scalar_names;
+  // scalars[s][k]: the value of scalar_names[k] in group s (stage 1/2) or sub-group s (stage 3).
+  std::vector<std::vector<StepValue>> scalars;
+  int num_groups = 0;
+};
+
+struct TagIndex : OptimizerGlobals {
   std::string tag;  // folder name, e.g. global_step3
   std::string dir;  // absolute path of the tag folder
-  int stage = 0;
-  int dp = 0;  // data-parallel (ZeRO partition) size W
+  int dp = 0;       // data-parallel (ZeRO partition) size W
   int mp = 1;
   int tp = 1, pp = 1;  // the (pp, tp, dp) grid; dp is `dp`
   int ep = 1;          // AutoEP: the largest autoep_size of its layers
   // AutoEP: ds_autoep_layers cut to the fields the converter re-saves into the model-state files'
-  // universal_checkpoint_info (spec tensor-pipeline-expert.md §8); null for every other source.
+  // universal_checkpoint_info [tp §8]; null for every other source.
   const pt::Node* autoep_layers = nullptr;
   bool autoep() const { return autoep_layers != nullptr; }
   bool parallel() const { return tp > 1 || pp > 1 || autoep(); }
@@ -138,22 +168,8 @@ struct TagIndex {
   int64_t original_vocab_size = -1;  // universal_checkpoint_info, when present
   // For inspect: each pattern list of universal_checkpoint_info, by key, in file order.
   std::vector<std::pair<std::string, std::vector<std::string>>> patterns;
-  OptimizerClass optimizer = OptimizerClass::DeepSpeedZeroOptimizer;
-  bool bf16_optimizer = false;                  // optimizer == BF16_Optimizer (kept for the view)
-  pt::DType master_dtype = pt::DType::F32;      // fp32 partitions and optimizer states
-  pt::DType module_dtype = pt::DType::F32;      // training precision: the model-state module weights
   StepValue::Kind step_kind = StepValue::None;  // how the optimizer stores 'step', the same in every group
-  // ZeRO-1/2 saved with elastic_checkpoint: base_optimizer_state is a list of per-group states cut
-  // to each rank's valid elements, without param_groups (DeepSpeed keeps the loading engine's).
-  bool elastic = false;
-  LossScaler loss_scaler;    // from rank 0's optimizer file
-  std::string optim_prefix;  // "", "bf16_" or "fp16_"
-  std::string ds_version;
-  // "fp32" first, then the optimizer's own keys partitioned like it (exp_avg, exp_avg_sq, ...).
-  std::vector<std::string> state_names;
-  // The optimizer's other per-group keys ('step', ...), in rank 0's order; empty for an optimizer
-  // that never stepped (its state is {}), as state_names is then just "fp32".
-  std::vector<std::string> scalar_names;
+  std::string optim_prefix;                     // "", "bf16_" or "fp16_"
   // Where param groups keep different states (DeepSpeed's Muon: 'momentum_buffer' in its group,
   // Adam's moments and 'step' in the other), group_states[g][k] says whether group g keeps
   // state_names[k] (a group's missing scalars are StepValue::None). Empty: every group keeps all.
@@ -168,15 +184,12 @@ struct TagIndex {
   bool has(const Param& p, size_t k) const { return group_has(size_t(p.group), k); }
   bool whole(size_t k) const { return k < whole_states.size() && whole_states[k]; }
   std::vector<Param> params;
-  // scalars[s][k]: the value of scalar_names[k] in group s (stage 1/2) or sub-group s (stage 3).
-  std::vector<std::vector<StepValue>> scalars;
   // 'step' of group (or sub-group) s; nullptr when the optimizer (or that group) keeps none.
   const StepValue* step(size_t s) const;
   // The run's step count: the first group's 'step' (a Muon group keeps none); nullptr if none has.
   const StepValue* run_step() const;
   // Whether the optimizer saved any per-group state ({} before the first step).
   bool has_state() const { return state_names.size() > 1 || !scalar_names.empty(); }
-  int num_groups = 0;
   std::vector<PlainTensor> frozen;  // frozen params as zero_to_fp32 emits them (stage 1 and BF16: none)
   // Stage 1/2 and BF16_Optimizer: every frozen param as the model-state 'module' holds it, in
   // its stored dtype (module_dtype), for views of the training-precision module. Stage 3: empty.
@@ -206,7 +219,7 @@ struct TagIndex {
 
   // The pieces of state `state` of `p`, in rank order; concatenated they are the flat tensor.
   // Parallel: the merged universal tensor (cut to `shape`), when the merge only moves bytes;
-  // an averaged parameter has none and throws (its bytes are computed: view/universal.h).
+  // an averaged parameter has none and throws (its bytes are computed: ds/state_bytes.h).
   std::vector<Fragment> fragments(const Param& p, size_t state) const;
   // Only the pieces that hold some of elements [from, from + count), unclipped and in the same
   // order: what elements() of a range needs, in O(pieces returned + log pieces) instead of one

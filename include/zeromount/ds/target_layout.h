@@ -1,5 +1,5 @@
 #pragma once
-// A target layout (issue 11, spec fake-layouts.md): the ZeRO stage, DP size and precision at which
+// A target layout [layouts]: the ZeRO stage, DP size and precision at which
 // a source tag is presented, and the partition arithmetic DeepSpeed would have used at it.
 // The plan is O(params); every per-rank answer is computed on demand, since W' may be 65536.
 #include <cstdint>
@@ -16,7 +16,7 @@ enum class TargetStage : uint8_t { Zero1, Zero2, Zero3, Bf16Opt };
 enum class Precision : uint8_t { Fp32, Fp16, Bf16 };
 
 inline constexpr uint64_t kDefaultSubGroupSize = 1000000000;  // zero/config.py default
-inline constexpr uint32_t kMaxLayoutDp = 65536;               // spec §6
+inline constexpr uint32_t kMaxLayoutDp = 65536;               // [layouts §6]
 
 struct TargetLayout {
   TargetStage stage = TargetStage::Zero2;
@@ -27,7 +27,7 @@ struct TargetLayout {
   bool operator==(const TargetLayout&) const = default;
 };
 
-// The canonical names of spec §6, as kTargetGrammar spells them for people. Any other spelling is
+// The canonical names of [layouts §6], as kTargetGrammar spells them for people. Any other spelling is
 // nullopt, so that one layout has exactly one name.
 inline constexpr std::string_view kTargetGrammar =
     "zero{1,2,3}-dp<W>-{fp32,fp16,bf16}[-rr|-sg<N>] or bf16opt-dp<W>, W = 1..65536 (fake-layouts.md §6)";
@@ -45,13 +45,13 @@ SourceOptions source_options(const TagIndex& index);
 // The same, from that file's pickle already loaded.
 SourceOptions source_options(const TagIndex& index, const pt::Node* model_root);
 // Trainable parameters (indices into TagIndex::params) per param group, in param_group['params']
-// order with a round robin undone (spec §3.1): the order a torch optimizer numbers them in.
+// order with a round robin undone [layouts §3.1]: the order a torch optimizer numbers them in.
 std::vector<std::vector<uint32_t>> group_param_order(const TagIndex& index, const SourceOptions& source);
-// The source's own layout name: a fake at it must equal the real files (spec §6, §7.1).
+// The source's own layout name: a fake at it must equal the real files [layouts §6, §7.1].
 TargetLayout source_layout(const TagIndex& index, const SourceOptions& options);
 TargetLayout source_layout(const TagIndex& index);
 
-// ZeRO-1/2 and BF16_Optimizer: one flat partitioned buffer per param group (spec §3.1).
+// ZeRO-1/2 and BF16_Optimizer: one flat partitioned buffer per param group [layouts §3.1].
 // With round_robin_gradients DeepSpeed reads the buffer two ways: its optimizer state, masters and
 // param_slice_mappings place each parameter at `offsets` (param order), while the module weights
 // are views at `flat_offsets` (round-robin order). Both are kept: a fake writes what DeepSpeed
@@ -66,7 +66,7 @@ struct FlatGroup {
   uint64_t partition = 0;              // P = T / W'
 };
 
-// ZeRO-3: one sub-group of a param group (spec §3.2).
+// ZeRO-3: one sub-group of a param group [layouts §3.2].
 struct SubGroup {
   int group = 0;
   std::vector<uint32_t> params;   // indices into TagIndex::params: param_shapes[s]

@@ -1,8 +1,8 @@
 #pragma once
-// DeepSpeed's training state as torch's own name-keyed state dicts hold it (issue 28): what
+// DeepSpeed's training state as torch's own name-keyed state dicts hold it: what
 // get_state_dict(model, optimizer) returns for the same model and torch optimizer. This says
 // which parameters make each group, in which order, with which hyper-parameters, and what cannot
-// be shown; the bytes are laid out by the view (view/files/dcp_files.h, torch_files.h).
+// be shown; the bytes are laid out by the view (view/files/dcp_files.h, torch_layouts.h).
 #include <cstdint>
 #include <string>
 #include <utility>

@@ -1,5 +1,5 @@
 #pragma once
-// ds_to_universal.py's tensor-parallel merge rules (spec tensor-pipeline-expert.md §4.3, §4.4) as
+// ds_to_universal.py's tensor-parallel merge rules [tp §4.3, §4.4] as
 // arithmetic over the ranks' local tensors L_t, so that a merged tensor is served from the shards
 // on read instead of being built. Every rule but the average only rearranges bytes.
 #include <cstdint>
@@ -85,7 +85,7 @@ void average_f32(const std::vector<const float*>& ranks, size_t n, float* out);
 
 // Vocabulary rule: `param[:original_vocab_size, :]`. A view: the size of dim 0 is cut (Python
 // slice semantics: clamped, negative counts from the end) while the storage keeps the whole merged
-// tensor, padding rows included (§10.3), at the same strides.
+// tensor, padding rows included [tp §10.3], at the same strides.
 struct VocabCut {
   Shape shape;
   uint64_t storage_numel = 0;

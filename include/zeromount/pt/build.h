@@ -34,7 +34,7 @@ Node* tensor(Arena& a, DType dtype, std::vector<int64_t> shape, std::vector<Exte
 
 // Bytes [from, from + length) of `file` appended to `out`'s data, piece for piece: source ranges
 // stay source ranges, computed pieces are computed in part. A DCP chunk is rows of a tensor that
-// is served whole elsewhere (issue 28).
+// is served whole elsewhere.
 void slice_data(const VirtualFile& file, uint64_t from, uint64_t length, Tensor& out);
 // `from` appended to `into`, piece for piece (one file made of whole .pt archives).
 void append_file(VirtualFile& into, const VirtualFile& from);
@@ -49,7 +49,7 @@ struct Fill {
     if (n) t.data.push_back({kZeroFill, 0, n});
   }
   // `numel` elements stored as `source` in dtype `from`, in the tensor's dtype: another dtype is
-  // computed when read (a 16-bit module weight made from its fp32 master, spec §4.1).
+  // computed when read (a 16-bit module weight made from its fp32 master [layouts §4.1]).
   void values(std::vector<Extent> source, DType from, uint64_t numel);
 };
 

@@ -87,7 +87,7 @@ enum class Build : uint8_t { Reduce, NewObj };
 
 // A dict's key -> entry map, built on the first lookup of a dict of 16 entries or more. A
 // ZeRO-3 rank's state dict has one entry per parameter, and indexing asks each of them by name:
-// a scan per lookup made indexing O(params^2) (issue 29). Built once and published atomically,
+// a scan per lookup made indexing O(params^2). Built once and published atomically,
 // so concurrent readers of one decoded pickle share it. Entries appended after it was built
 // (a tree under construction) are still found: they are scanned, newest first.
 class DictIndex {
@@ -141,7 +141,7 @@ struct Node {
 // Owns every node and tensor of one decoded pickle (or of one built tree).
 // Append-only storage with stable element addresses, in blocks of B elements: one allocation per
 // block. (std::deque allocates 512-byte chunks, i.e. one per 3 Nodes or 2 Tensors, and building a
-// rank file of a 70B target makes tens of thousands of them: bench/README.md, issue 14.)
+// rank file of a 70B target makes tens of thousands of them: bench/README.md.)
 template <typename T, size_t B = 128>
 class BlockStore {
  public:

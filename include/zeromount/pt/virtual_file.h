@@ -42,6 +42,9 @@ struct Segment {
 
 class VirtualFile {
  public:
+  // A file that is `text` (a README, an index, a status page).
+  static VirtualFile from_text(std::string_view text);
+
   void append_inline(std::string_view bytes);
   void append_extent(const Extent& e);
   void append_zero(uint64_t n);

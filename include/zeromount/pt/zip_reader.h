@@ -36,7 +36,10 @@ class ZipReader {
  private:
   const File& file_;
   std::vector<ZipEntry> entries_;
-  std::unordered_map<std::string, size_t> by_name_;
+  // Built on the (kScannedFinds + 1)-th find; one reader is used by one thread.
+  static constexpr size_t kScannedFinds = 8;
+  mutable std::unordered_map<std::string, size_t> by_name_;
+  mutable size_t finds_ = 0;
   std::string prefix_;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // Values computed on demand and kept, a few: the report pages' figures (by the tags' identity), a
 // layouts/ folder's partition plans (by tag and target) and the DCP folders' plans, the plans bounded
-// by bytes (issue 29).
+// by bytes.
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -19,8 +19,8 @@ namespace zm::view {
 struct MemoWeight {
   std::atomic<uint64_t> bytes{0}, entries{0};
 };
-// What a plan may keep, all its kind's plans together (issue 29: eight layout targets of a
-// 20,000-parameter source within 64 MiB).
+// What a plan may keep, all its kind's plans together (eight layout
+// targets of a 20,000-parameter source fit in 64 MiB).
 constexpr uint64_t kPlanBudget = uint64_t(64) << 20;
 
 // A vector's weight by what it holds allocated.

@@ -11,7 +11,7 @@ namespace zm::view {
 struct ViewOptions {
   bool bare_zero3_tensors = false;          // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
   size_t cache_bytes = 16u << 20;           // built headers kept in memory; tensor bytes are never cached
-  std::vector<std::string> layout_presets;  // -o layouts=a,b: targets listed in layouts/ (spec §6)
+  std::vector<std::string> layout_presets;  // -o layouts=a,b: targets listed in layouts/ [layouts §6]
   std::string layouts_dir = "layouts";      // -o layouts_dir=NAME: where the faked layouts live
   std::vector<std::string> tags;            // --tag: serve only these (each must index); empty: every tag
   bool tp_strict = true;  // refuse unused universal_checkpoint_info patterns (ds_to_universal --no_strict: false)
@@ -22,9 +22,9 @@ struct ViewOptions {
   // where every look at it is a request to a server: its `latest` is read again at most every rescan
   // period, and a served tag folder deleted is noticed at the next rescan, not at every listing.
   bool network_source = false;
-  bool crc = false;
+  bool crc = false;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)
   // -o report=off: no report pages (<T>_params/report.html, report.html beside tags and in run folders).
-  bool report = true;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)
+  bool report = true;
   // -o max_shard_size: consolidated weights are split into shards of at most this many bytes, as
   // zero_to_fp32.py --max_shard_size (huggingface_hub's rule: decimal units, 5GB by default).
   uint64_t max_shard_bytes = 5'000'000'000;

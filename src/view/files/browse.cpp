@@ -7,12 +7,12 @@
 #include <limits>
 
 #include "zeromount/ds/inspect.h"
+#include "zeromount/ds/state_bytes.h"
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
 #include "zeromount/view/files/stats.h"
-#include "zeromount/view/files/universal.h"
 
 namespace zm::view {
 
@@ -166,7 +166,7 @@ pt::VirtualFile param_npy(const MountedTag& t, const ds::Param& p, size_t state)
   pre += char(header.size() >> 8);
   pt::VirtualFile f;
   f.append_inline(pre + header);
-  append_param_bytes(f, t, p, state);
+  ds::state_bytes(*t.index, p, state, t.mapper(), f);
   return f;
 }
 

@@ -4,10 +4,10 @@
 #include <map>
 
 #include "zeromount/ds/optim_file.h"
+#include "zeromount/ds/state_bytes.h"
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_writer.h"
-#include "zeromount/view/files/universal.h"
 #include "zeromount/view/files/weights.h"
 #include "zeromount/view/memo.h"
 
@@ -241,7 +241,7 @@ pt::VirtualFile DcpPlan::build(size_t file) const {
         w = {weights[s.index].dtype, *weights[s.index].shape};
         break;
       case Source::State:
-        append_param_bytes(whole, t, ix.params.at(s.index), s.k);
+        ds::state_bytes(ix, ix.params.at(s.index), s.k, t.mapper(), whole);
         w = {ix.master_dtype, ix.params[s.index].shape};
         break;
       case Source::Zeros:
@@ -298,12 +298,8 @@ class DcpDir final : public LazyDir {
       const auto plan = plan_of(*t, shape);
       return tree.add_file(
           dir, std::string(name), mtime_,
-          [t, shape] {
-            pt::VirtualFile f;
-            f.append_inline(plan_of(*t, shape)->metadata());
-            return f;
-          },
-          plan->metadata().size(), false);
+          [t, shape] { return pt::VirtualFile::from_text(plan_of(*t, shape)->metadata()); }, plan->metadata().size(),
+          false);
     }
     for (int r = 0; r < files(); ++r)
       if (name == pt::dcp::data_file_name(r))

@@ -1,5 +1,5 @@
 // A faked layout of one tag: its plan, its file names and its model-state files, rank by rank
-// (docs/fake-layouts-plan.md §3 lists every key, in order, and where each value comes from).
+// ([layouts §2] lists every key, in order).
 #include "zeromount/view/files/layout_files.h"
 
 #include "zeromount/view/memo.h"
@@ -48,8 +48,8 @@ std::string optim_prefix(const ds::TargetLayout& t) {
 }
 
 // A tag's decoded model-state pickle, one per tag however many of its targets have plans: the
-// plans share it, and it is let go with the last of them (issue 29: 8 plans of a 20,000-parameter
-// tag held 8 decoded copies, 90 MiB each). The map holds only weak references, one per tag.
+// plans share it, and it is let go with the last of them (8 plans of a 20,000-parameter tag
+// holding 8 decoded copies took 90 MiB each). The map holds only weak references, one per tag.
 std::atomic<uint64_t> g_decodes{0};
 
 std::shared_ptr<const pt::PtFile> shared_source(const MountedTag& tag) {
@@ -188,7 +188,7 @@ uint64_t LayoutTag::size(uint64_t k) const {
   return at->second;
 }
 
-// --- model states (plan §3) -----------------------------------------------------------------
+// --- model states [layouts §2.1] -----------------------------------------------------------
 
 const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
   source_model();

@@ -1,5 +1,5 @@
 // The numbers of the report pages: one streaming pass per tag, one per pair of consecutive tags,
-// each kept by the tags' identity (include/zeromount/view/files/report.h).
+// each kept by the tags' identity (include/zeromount/view/files/report_figures.h).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include "zeromount/ds/inspect.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_file.h"
-#include "zeromount/view/files/report.h"
+#include "zeromount/view/files/report_figures.h"
 #include "zeromount/view/memo.h"
 #include "zeromount/view/worker_pool.h"
 
@@ -64,7 +64,7 @@ size_t state_of(const ds::TagIndex& ix, const char* name) {
 struct Scratch {
   GridHistogram weights, moment, update;
   std::vector<std::vector<float>> block;
-  std::vector<double> update_values;
+  std::vector<float> update_values;
 };
 
 ParamFigures param_figures(const MountedTag& t, const ds::Param& p, const pt::ExtentReader& src, Scratch& s,
@@ -84,11 +84,8 @@ ParamFigures param_figures(const MountedTag& t, const ds::Param& p, const pt::Ex
     f.moment.add(v, n);
     s.moment.add(v, n);
     s.update_values.resize(n);
-    for (size_t k = 0; k < n; ++k) s.update_values[k] = std::fabs(double(m[k])) / (std::sqrt(double(v[k])) + eps);
-    f.update.add(s.update_values.data(), n);
-    // The grid counts floats: the update in double, rounded once, lands in the bucket of its float.
-    for (size_t k = 0; k < n; ++k) s.block[1][k] = float(s.update_values[k]);
-    s.update.add(s.block[1].data(), n);
+    add_update_sizes(f.update, m, v, eps, n, s.update_values.data());
+    s.update.add(s.update_values.data(), n);
   }
   bytes += reader.bytes_read();
   f.weight_bins = linear_bins(s.weights);

@@ -1,4 +1,4 @@
-#include "report_html.h"
+#include "zeromount/view/files/report_html.h"
 
 #include <algorithm>
 #include <cmath>
@@ -63,11 +63,12 @@ std::string count(uint64_t c, size_t width) {
 }
 
 std::string read_cost(uint64_t bytes, uint64_t expected, double seconds) {
-  char secs[32];
+  char secs[32], rate[32] = "-";
   snprintf(secs, sizeof secs, "%.3f", seconds);
+  if (seconds > 0) snprintf(rate, sizeof rate, "%.2f", std::min(double(bytes) / 1e9 / seconds, 99999.0));
   return "<span class=\"v\">" + count(bytes, digits(expected)) + "</span> bytes <span class=\"v\">" +
-         fit("(" + pt::human_bytes(bytes) + ")", 12) + "</span> read in <span class=\"v\">" + fit(secs, 14) +
-         "</span> s";
+         fit("(" + pt::human_bytes(bytes) + ")", 12) + "</span> read in <span class=\"v\">" + fit(secs, 14) + " s, " +
+         fit(rate, 8) + " GB/s</span>";
 }
 
 std::string step_text(double step) {

@@ -1,13 +1,14 @@
 // <T>_params/report.html: the run, one row per parameter (sortable without a script), the
-// layers' bar charts and what the page cost (include/zeromount/view/files/report.h).
+// layers' bar charts and what the page cost (include/zeromount/view/files/report_page.h).
+#include "zeromount/view/files/report_page.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include "report_html.h"
 #include "zeromount/ds/inspect.h"
 #include "zeromount/pt/text.h"
-#include "zeromount/view/files/report.h"
+#include "zeromount/view/files/report_html.h"
 
 namespace zm::view {
 
@@ -97,7 +98,7 @@ std::string layer_chart(const std::vector<LayerFigures>& layers, const char* wha
   };
   // A layer with some values that are not finite still has the norm of its finite ones: its bar
   // shows that height, in red; only a layer with no finite value at all is a full red bar (one
-  // NaN used to hide a layer's norm behind a full-height bar: issue 27).
+  // NaN used to hide a layer's norm behind a full-height bar).
   double most = 0;
   for (size_t k = 0; k < layers.size(); ++k)
     if (std::isfinite(value(k))) most = std::max(most, value(k));

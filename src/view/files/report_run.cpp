@@ -1,13 +1,14 @@
 // report.html across tags: per layer, the weight norm, the update size, the mean exp_avg_sq and
-// the weights' relative change, against the step (include/zeromount/view/files/report.h).
+// the weights' relative change, against the step (include/zeromount/view/files/report_run.h).
+#include "zeromount/view/files/report_run.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-#include "report_html.h"
 #include "zeromount/ds/inspect.h"
 #include "zeromount/pt/text.h"
-#include "zeromount/view/files/report.h"
+#include "zeromount/view/files/report_html.h"
 
 namespace zm::view {
 

@@ -2,54 +2,145 @@
 
 #include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <cstdio>
 #include <cstring>
 
+#include "zeromount/ds/state_bytes.h"
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
-#include "zeromount/view/files/universal.h"
 
 namespace zm::view {
 
 namespace {
 
-// One block: its finite values' moments about the block's own mean (two passes over memory that
-// is in cache), then merged, so that no element pays a division.
-template <typename T>
-void add_block(Stats& s, const T* x, size_t count) {
+#if defined(__GNUC__) && !defined(__clang__)
+// Every function passing these vectors is internal to this file: the ABI note does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+// Two doubles as one value (GCC's vector extension, which clang shares): one SSE2 register on
+// baseline x86-64, so a block's sums advance two elements per instruction; two sets of lanes keep
+// four elements in flight. Selections are written `c ? a : b`, which both compilers keep in vector
+// registers.
+using D2 = double __attribute__((vector_size(16)));
+using F2 = float __attribute__((vector_size(8)));
+using M2 = decltype(D2{} < D2{});  // a comparison's lanes: -1 where true
+
+D2 load2(const float* x) {
+  F2 f;
+  std::memcpy(&f, x, sizeof f);
+  return __builtin_convertvector(f, D2);
+}
+
+D2 load2(const double* x) {
+  D2 d;
+  std::memcpy(&d, x, sizeof d);
+  return d;
+}
+
+// The statistics of a block whose values are all finite, in one pass: lanes of independent sums,
+// the moments taken about a shift (the block's first value) so that a large mean does not cancel
+// the variance: m2 = sum(d^2) - sum(d)^2 / n with d = x - shift, exact to rounding while the
+// shift lies within a few deviations of the mean. It counts the finite values as it goes; a block
+// with any other (NaN, inf: rare) is computed again by careful().
+class FiniteBlock {
+ public:
+  explicit FiniteBlock(double shift) : shift_{shift, shift} {}
+  void add(D2 a, D2 b) {  // four values
+    lanes_[0].add(a, shift_);
+    lanes_[1].add(b, shift_);
+  }
+  // The last count % 4 values, padded with the shift (which moves no moment, min or max: it is a
+  // value of the block), whose square and count stats() takes back out.
+  template <typename T>
+  void add_tail(const T* x, size_t n) {
+    if (!n) return;
+    double t[4] = {shift_[0], shift_[0], shift_[0], shift_[0]};
+    for (size_t j = 0; j < n; ++j) t[j] = double(x[j]);
+    padding_ = 4 - n;
+    add(D2{t[0], t[1]}, D2{t[2], t[3]});
+  }
+  bool all_finite(size_t count) const { return counted() == count + padding_; }
+  Stats stats() const {  // when all_finite()
+    Stats b;
+    b.n = counted() - padding_;
+    if (!b.n) return b;
+    double s1 = 0, s2 = 0;
+    for (const Lane& l : lanes_)
+      for (int j = 0; j < 2; ++j) {
+        b.sumsq += l.sumsq[j];
+        s1 += l.d1[j];
+        s2 += l.d2[j];
+        b.min = std::min(b.min, l.lo[j]);
+        b.max = std::max(b.max, l.hi[j]);
+      }
+    b.sumsq -= double(padding_) * shift_[0] * shift_[0];
+    b.mean = shift_[0] + s1 / double(b.n);
+    b.m2 = std::max(0.0, s2 - s1 * s1 / double(b.n));
+    return b;
+  }
+
+ private:
+  struct Lane {
+    D2 lo{INFINITY, INFINITY}, hi{-INFINITY, -INFINITY}, sumsq{}, d1{}, d2{};
+    M2 finite{};  // minus the count of finite values
+    void add(D2 v, D2 shift) {
+      const D2 d = v - shift;
+      sumsq += v * v;
+      d1 += d;
+      d2 += d * d;
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+      finite += (v - v == 0.0);  // v - v is NaN for NaN and inf
+    }
+  };
+  uint64_t counted() const {
+    return uint64_t(-(lanes_[0].finite[0] + lanes_[0].finite[1] + lanes_[1].finite[0] + lanes_[1].finite[1]));
+  }
+  D2 shift_;
+  Lane lanes_[2];
+  size_t padding_ = 0;
+};
+
+// The statistics of value(0) .. value(count - 1), one at a time, for a block that holds NaN or inf:
+// the finite values' moments about their mean (two passes), and counts of the others.
+template <typename Value>
+Stats careful(size_t count, const Value& value) {
   Stats b;
-  double sum = 0, sumsq = 0, lo = INFINITY, hi = -INFINITY;
-  uint64_t n = 0, nan = 0, inf = 0;
+  double sum = 0;
   for (size_t k = 0; k < count; ++k) {
-    const double v = double(x[k]);
+    const double v = value(k);
     if (!std::isfinite(v)) {
-      nan += std::isnan(v);
-      inf += std::isinf(v);
+      b.nan += std::isnan(v);
+      b.inf += std::isinf(v);
       continue;
     }
-    ++n;
+    ++b.n;
     sum += v;
-    sumsq += v * v;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
+    b.sumsq += v * v;
+    b.min = std::min(b.min, v);
+    b.max = std::max(b.max, v);
   }
-  b.nan = nan;
-  b.inf = inf;
-  if (n) {
-    b.n = n;
-    b.sum = sum;
-    b.sumsq = sumsq;
-    b.min = lo;
-    b.max = hi;
-    b.mean = sum / double(n);
-    double m2 = 0;
-    for (size_t k = 0; k < count; ++k) {
-      const double v = double(x[k]);
-      if (std::isfinite(v)) m2 += (v - b.mean) * (v - b.mean);
-    }
-    b.m2 = m2;
-  }
-  s.merge(b);
+  if (!b.n) return b;
+  b.mean = sum / double(b.n);
+  for (size_t k = 0; k < count; ++k)
+    if (const double v = value(k); std::isfinite(v)) b.m2 += (v - b.mean) * (v - b.mean);
+  return b;
+}
+
+template <typename T>
+void add_block(Stats& s, const T* x, size_t count) {
+  if (!count) return;
+  FiniteBlock lanes{double(x[0])};
+  size_t k = 0;
+  for (; k + 4 <= count; k += 4) lanes.add(load2(x + k), load2(x + k + 2));
+  lanes.add_tail(x + k, count - k);
+  s.merge(lanes.all_finite(count) ? lanes.stats() : careful(count, [x](size_t j) { return double(x[j]); }));
+}
+
+double update_size(double m, double v, double eps) {
+  return std::fabs(m) / (std::sqrt(v) + eps);
 }
 
 }  // namespace
@@ -66,6 +157,33 @@ void Stats::add(const float* x, size_t count) {
 
 void Stats::add(const double* x, size_t count) {
   add_block(*this, x, count);
+}
+
+void add_update_sizes(Stats& stats, const float* m, const float* v, double eps, size_t count, float* out) {
+  if (!count) return;
+  // Two values at a time; sqrt one by one (a vector sqrt has no portable spelling), which with
+  // errno left alone (-fno-math-errno for this file) needs no branch.
+  auto two = [eps](size_t k, const float* m, const float* v) {
+    const D2 mk = load2(m + k), vk = load2(v + k);
+    return (mk < 0.0 ? -mk : mk) / (D2{std::sqrt(vk[0]), std::sqrt(vk[1])} + eps);
+  };
+  auto put = [out](size_t k, D2 u) {  // each size rounded once to float
+    const F2 f = __builtin_convertvector(u, F2);
+    std::memcpy(out + k, &f, sizeof f);
+  };
+  auto one = [=](size_t k) { return update_size(double(m[k]), double(v[k]), eps); };
+  FiniteBlock lanes{one(0)};
+  size_t k = 0;
+  for (; k + 4 <= count; k += 4) {
+    const D2 a = two(k, m, v), b = two(k + 2, m, v);
+    lanes.add(a, b);
+    put(k, a);
+    put(k + 2, b);
+  }
+  double tail[4];
+  for (size_t j = 0; k + j < count; ++j) out[k + j] = float(tail[j] = one(k + j));
+  lanes.add_tail(tail, count - k);
+  stats.merge(lanes.all_finite(count) ? lanes.stats() : careful(count, one));
 }
 
 void Stats::merge(const Stats& o) {
@@ -93,10 +211,12 @@ void Stats::merge(const Stats& o) {
 // Buckets are ordered by value: non-negative x by its upper 16 bits (rounding down), negative x by
 // its magnitude's upper 16 bits rounded up, so that every bucket is [lower(b), lower(b + 1)).
 uint32_t GridHistogram::bucket(float x) {
+  // Without a branch: the sign of weights is a coin toss, and a mispredicted branch per value
+  // cost more than the rest of the count.
   const uint32_t bits = std::bit_cast<uint32_t>(x);
-  if (!(bits >> 31)) return (kBuckets >> 1) + (bits >> 16);
-  const uint32_t magnitude = bits & 0x7FFFFFFFu;
-  return (kBuckets >> 1) - ((magnitude + 0xFFFFu) >> 16);
+  const uint32_t negative = 0u - (bits >> 31);                              // all ones for x < 0
+  const uint32_t up = ((bits & 0x7FFFFFFFu) + (negative & 0xFFFFu)) >> 16;  // magnitude, rounded up if x < 0
+  return (kBuckets >> 1) + ((up ^ negative) - negative);                    // half + up, or half - up
 }
 
 double GridHistogram::lower(uint32_t b) {
@@ -106,14 +226,22 @@ double GridHistogram::lower(uint32_t b) {
 }
 
 void GridHistogram::add(const float* x, size_t count) {
+  // Locals, not members: a count written through counts_ could alias them, and would make every
+  // value reload and store them.
+  uint64_t* counts = counts_.data();
+  uint32_t lo = lo_, hi = hi_;
+  uint64_t total = 0;
   for (size_t k = 0; k < count; ++k) {
-    if (!std::isfinite(x[k])) continue;
+    if ((std::bit_cast<uint32_t>(x[k]) & 0x7F800000u) == 0x7F800000u) continue;  // NaN or inf
     const uint32_t b = bucket(x[k]);
-    ++counts_[b];
-    lo_ = std::min(lo_, b);
-    hi_ = std::max(hi_, b);
-    ++total_;
+    ++counts[b];
+    lo = std::min(lo, b);
+    hi = std::max(hi, b);
+    ++total;
   }
+  lo_ = lo;
+  hi_ = hi;
+  total_ += total;
 }
 
 void GridHistogram::merge(const GridHistogram& o) {
@@ -149,7 +277,7 @@ StateReader::StateReader(const MountedTag& t, const ds::Param& p, std::vector<si
     : dtype_(t.index->master_dtype), element_size_(pt::element_size(dtype_)), numel_(p.numel) {
   for (size_t s : states) {
     bytes_.emplace_back();
-    append_param_bytes(bytes_.back(), t, p, s);  // a parallel merge may be computed: read it as a file
+    ds::state_bytes(*t.index, p, s, t.mapper(), bytes_.back());  // a parallel merge may be computed: read it as a file
   }
 }
 

@@ -1,11 +1,11 @@
 #include "zeromount/view/files/torch_layouts.h"
 
 #include "zeromount/ds/optim_file.h"
+#include "zeromount/ds/state_bytes.h"
 #include "zeromount/ds/torch_state.h"
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/pt_writer.h"
 #include "zeromount/view/files/dcp_files.h"
-#include "zeromount/view/files/universal.h"
 #include "zeromount/view/files/weights.h"
 
 namespace zm::view {
@@ -56,12 +56,7 @@ void add_torch_layout(Tree& tree, uint64_t dir, const MountedTag& t, TorchLayout
   if (plan->sharded()) {
     const std::string index = weights_index(*plan);
     tree.add_file(
-        dir, "model.safetensors.index.json", mtime,
-        [index] {
-          pt::VirtualFile f;
-          f.append_inline(index);
-          return f;
-        },
+        dir, "model.safetensors.index.json", mtime, [index] { return pt::VirtualFile::from_text(index); },
         index.size());
   }
   tree.add_file(dir, "optimizer.pt", mtime, [tag] { return torch_optimizer_file(*tag); });
@@ -91,7 +86,7 @@ pt::VirtualFile torch_optimizer_file(const MountedTag& t) {
       for (size_t k = 1; k < ix.state_names.size(); ++k) {
         if (!ix.has(param, k)) continue;  // a Muon group keeps momentum_buffer, the other Adam's moments
         pt::VirtualFile whole;
-        append_param_bytes(whole, t, param, k);
+        ds::state_bytes(*t.index, param, k, map, whole);
         Node* tensor = build::tensor(a, ix.master_dtype, param.shape, {});
         build::slice_data(whole, 0, whole.size(), *tensor->tensor);
         build::add(s, a, ix.state_names[k], tensor);

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <functional>
 
+#include "zeromount/ds/state_bytes.h"
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
-#include "zeromount/view/files/universal.h"
 
 namespace zm::view {
 
@@ -59,7 +59,7 @@ Item param_item(const MountedTag& t, const ds::Param& p, size_t k, pt::DType dty
             &p.shape,
             bytes,
             1,  // counted from its ranks instead when `ranked`
-            [&t, &p](pt::VirtualFile& f) { append_param_bytes(f, t, p, 0); },
+            [&t, &p](pt::VirtualFile& f) { ds::state_bytes(*t.index, p, 0, t.mapper(), f); },
             ix.parallel() ? nullptr : &p};
   if (k < ix.module_weights.size() && ix.module_weights[k].dtype == dtype) {
     Item it = plain_item(t, ix.module_weights[k]);

@@ -1,4 +1,4 @@
-// <T>_dcp/: each tag's whole training state as a torch.distributed.checkpoint folder (issue 28):
+// <T>_dcp/: each tag's whole training state as a torch.distributed.checkpoint folder:
 // `dcp.load` of an FSDP2 model and its torch optimizer, at any world size, resumes the DeepSpeed
 // run (README "Leave DeepSpeed"). Model keys in torch's family and torchtitan's, over the same bytes.
 #include <spdlog/spdlog.h>

@@ -1,5 +1,5 @@
 // layouts/<target>/: load_dirs that look as if DeepSpeed had saved the source natively at another
-// ZeRO stage, DP size and precision (issue 11, spec fake-layouts.md §6). A listing shows README,
+// ZeRO stage, DP size and precision ([layouts §6]). A listing shows README,
 // the source's own layout and the presets; every other valid name is made on its first lookup,
 // so `find` or `cp -r` never walk hundreds of synthetic checkpoints. Rank files are made when
 // looked up or listed, so a DP-65536 target costs O(params) until someone asks for its files.
@@ -162,7 +162,7 @@ class Targets final : public LazyDir {
  private:
   // The tags whose folders are still there. A keep-last-N cleanup deletes tag folders between two
   // rescans, and a target made from a deleted tag would fail on its files: a valid name would get
-  // an ENOENT that the kernel then keeps (issue 27). A target is made of the tags that remain.
+  // an ENOENT that the kernel then keeps. A target is made of the tags that remain.
   std::vector<const MountedTag*> present() const {
     std::vector<const MountedTag*> out;
     for (const MountedTag* t : tags_) {
@@ -233,16 +233,14 @@ std::string own_note(const ds::TagIndex& ix) {
 std::string readme(const std::string& dir, const std::string& own, const std::string& note,
                    const std::vector<std::string>& listed, const std::vector<std::string>& refused) {
   std::ostringstream s;
-  s << "Faked native layouts (zeromount; docs/fake-layouts-plan.md)\n\n"
+  s << "Faked native layouts (zeromount; docs/spec/fake-layouts.md)\n\n"
     << "Each " << dir << "/<target>/ is a load_dir that looks as if DeepSpeed had saved this checkpoint\n"
     << "natively at another ZeRO stage, DP size and precision: engine.load_checkpoint() loads it without\n"
     << "load_universal, and zero_to_fp32.py / ds_to_universal.py read it like a real one.\n\n"
     << "Names (one spelling each; any other is 'No such file or directory'):\n"
-    << "  zero1-dp<W>-<p>[-rr]    ZeRO-1, DP size W (1..65536), precision p = fp32 | fp16 | bf16,\n"
-    << "                          -rr: round_robin_gradients\n"
-    << "  zero2-dp<W>-<p>[-rr]    ZeRO-2\n"
-    << "  zero3-dp<W>-<p>[-sg<N>] ZeRO-3, -sg: sub_group_size N (left out at the default 1000000000)\n"
-    << "  bf16opt-dp<W>           BF16_Optimizer (bf16)\n"
+    << "  " << ds::kTargetGrammar << "\n"
+    << "  -rr: round_robin_gradients (ZeRO-1/2); -sg<N>: ZeRO-3 sub_group_size N, left out at the default\n"
+    << "  1000000000; bf16opt: BF16_Optimizer (bf16)\n"
     << "Without DeepSpeed (README \"Leave DeepSpeed\"), for the tag `latest` names:\n"
     << "  fsdp-dp<W>              the Trainer and Accelerate under FSDP at W ranks: pytorch_model_fsdp_0/\n"
     << "                          and optimizer_0/, DCP folders cut where FSDP2 shards (any W loads them)\n"
@@ -308,7 +306,7 @@ class LayoutsProvider final : public Provider {
     const uint64_t dir = cx.add_made_dir(o.layouts_dir, *this, tags);
     if (!dir) return;  // a real SRC/layouts wins (ProviderContext logged it); -o layouts_dir=NAME
     cx.add_text(dir, "README", readme(o.layouts_dir, own, own_note(*own_tag->index), listed, refused), mtime);
-    // `latest` as the folder's own shows it, and its other real files as they are (spec §1.1).
+    // `latest` as the folder's own shows it, and its other real files as they are [layouts §1.1].
     // Only a `latest` DeepSpeed could have written (a live one, kLatestMaxBytes at most) is carried:
     // one over that is any other file, shown as is, and nothing is made from it.
     const Inode* latest = cx.tree().lookup(cx.dir(), "latest");

@@ -8,12 +8,6 @@ namespace zm::view {
 
 namespace {
 
-pt::VirtualFile text_file(const std::string& text) {
-  pt::VirtualFile f;
-  f.append_inline(text);
-  return f;
-}
-
 class ParamsProvider final : public Provider {
  public:
   std::string_view kind() const override { return "params"; }
@@ -27,13 +21,13 @@ class ParamsProvider final : public Provider {
     const MountedTag* t = &tag;
     const pt::ExtentReader* files = &cx.files();
     cx.add_text(d, "README", params_readme(ix.tag, cx.options().report), mtime);
-    tree.add_file(d, "summary", mtime, [t] { return text_file(params_summary(*t->index)); });
+    tree.add_file(d, "summary", mtime, [t] { return pt::VirtualFile::from_text(params_summary(*t->index)); });
     for (const ds::Param& p : ix.params) {
       const uint64_t pd = tree.add_dir(d, param_dir_name(p.name, {"README", "summary", "report.html"}), mtime);
       const ds::Param* pp = &p;
       // The statistics read the whole parameter, so stat() sizes the text without them.
       tree.add_file(
-          pd, "info", mtime, [t, pp, files] { return text_file(param_info(*t, *pp, files)); },
+          pd, "info", mtime, [t, pp, files] { return pt::VirtualFile::from_text(param_info(*t, *pp, files)); },
           [t, pp] { return uint64_t(param_info(*t, *pp, nullptr).size()); });
       for (size_t k = 0; k < ix.state_names.size(); ++k)
         if (ix.has(p, k))

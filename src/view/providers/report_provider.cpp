@@ -1,7 +1,9 @@
-// report.html (issue 22): a page per tag in <T>_params/, a page across the tags of each checkpoint
+// report.html: a page per tag in <T>_params/, a page across the tags of each checkpoint
 // folder beside them, and one in each run folder across the tags of the checkpoint folders below
 // it (a Trainer's output_dir holds one tag per checkpoint-N/). No report file with -o report=off.
-#include "zeromount/view/files/report.h"
+#include "zeromount/view/files/report_html.h"
+#include "zeromount/view/files/report_page.h"
+#include "zeromount/view/files/report_run.h"
 #include "zeromount/view/provider.h"
 #include "zeromount/view/view_options.h"
 
@@ -47,7 +49,7 @@ class ReportProvider final : public Provider {
   }
 
   // The page is the folder's to read, whatever its tags are: one rule for a tag restricted at the
-  // mount and one saved later, each named on the page and not shown (issue 27 item 10). A page
+  // mount and one saved later, each named on the page and not shown. A page
   // as restricted as its most restricted tag locked every other user out of all the others.
   void add_folder(ProviderContext& cx, const std::vector<const MountedTag*>&) const override {
     if (cx.options().report) add_across(cx, cx.tree().get(cx.dir())->access, false);
@@ -60,7 +62,7 @@ class ReportProvider final : public Provider {
 
  private:
   // A live page: the tags it shows are asked for on every open and stat, so that it is never
-  // stale against what the folder serves; their figures are kept by identity (report.h).
+  // stale against what the folder serves; their figures are kept by identity (report_figures.h).
   void add_across(ProviderContext& cx, Access access, bool costly) const {
     const CheckpointFolder* folder = &cx.folder();
     const pt::ExtentReader* files = &cx.files();

@@ -26,12 +26,9 @@ class StatusProvider final : public Provider {
     const LiveSource* src = &live;
     // On an allow_other mount each reader sees the lines about what it may read, and its own processes.
     for (auto text : {&LiveSource::errors_text, &LiveSource::stats_text})
-      tree.add_live_file(d, text == &LiveSource::errors_text ? "errors" : "stats", root.mtime,
-                         CallerBuilder([src, text](const Caller& who) {
-                           pt::VirtualFile f;
-                           f.append_inline((src->*text)(who));
-                           return f;
-                         }));
+      tree.add_live_file(
+          d, text == &LiveSource::errors_text ? "errors" : "stats", root.mtime,
+          CallerBuilder([src, text](const Caller& who) { return pt::VirtualFile::from_text((src->*text)(who)); }));
   }
 };
 

@@ -1,5 +1,5 @@
 // <T>_universal/: the universal checkpoint ds_to_universal.py would write, under both model-state
-// name families (spec §6.6), and latest_universal beside `latest`.
+// name families [formats §6.6], and latest_universal beside `latest`.
 #include <filesystem>
 
 #include "zeromount/ds/shard_names.h"
@@ -25,11 +25,11 @@ class UniversalProvider final : public Provider {
     if (!u) return;
     Tree& tree = cx.tree();
     const MountedTag* t = &tag;
-    if (ix.autoep()) {  // the converter re-saves them with AutoEP's universal_checkpoint_info (§8)
+    if (ix.autoep()) {  // the converter re-saves them with AutoEP's universal_checkpoint_info [tp §8]
       for (const auto& f : ix.mp_files)
         tree.add_file(u, std::filesystem::path(f).filename().string(), mtime,
                       [t, f] { return autoep_model_states_file(*t, f); });
-    } else if (ix.parallel()) {  // the converter copies every model-state file, under its own name (§5)
+    } else if (ix.parallel()) {  // the converter copies every model-state file, under its own name [tp §5]
       for (const auto& f : ix.mp_files) cx.add_real_file(u, std::filesystem::path(f).filename().string(), f);
     } else {
       cx.add_real_file(u, ds::model_states_name(0), ix.model_files.at(0));
@@ -46,7 +46,7 @@ class UniversalProvider final : public Provider {
         if (ix.has(p, k))
           tree.add_file(d, ix.state_names[k] + ".pt", mtime,
                         [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
-      const bool scalars = p.step >= 0 && !(ix.parallel() && ix.stage == 3);  // as the converter: §6
+      const bool scalars = p.step >= 0 && !(ix.parallel() && ix.stage == 3);  // as the converter [tp §6]
       for (size_t k = 0; scalars && k < ix.scalars.at(size_t(p.step)).size(); ++k)
         if (ix.scalars[size_t(p.step)][k].kind != ds::StepValue::None)  // a value this group keeps
           tree.add_file(d, ix.scalar_names[k] + ".pt", mtime,

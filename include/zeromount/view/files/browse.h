@@ -4,8 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "zeromount/ds/tag_index.h"
 #include "zeromount/pt/virtual_file.h"
-#include "zeromount/view/files/universal.h"
+#include "zeromount/view/mounted_tag.h"
 
 namespace zm::view {
 

@@ -1,6 +1,6 @@
 #pragma once
-// One tag's whole training state as a torch.distributed.checkpoint (DCP) folder (issue 28, spec
-// torch-dcp.md): `.metadata` and data files of torch.save items, what torch's own FSDP2 save of
+// One tag's whole training state as a torch.distributed.checkpoint (DCP) folder:
+// `.metadata` and data files of torch.save items, what torch's own FSDP2 save of
 // get_state_dict(model, optimizer) holds, built lazily from the shards like every made-up file.
 #include <compare>
 #include <cstdint>

@@ -1,8 +1,8 @@
 #pragma once
-// The files of one faked native layout (issue 11, spec fake-layouts.md; docs/fake-layouts-plan.md
-// §2-§4): a tag of the source presented as if DeepSpeed had saved it at another ZeRO stage, DP
-// size and precision. Headers are inline, tensor bytes are extents of the source shards placed by
-// the partition plan, padding is zero fill and precision changes are computed on read.
+// The files of one faked native layout [layouts §1-§3]: a tag of the source presented as if
+// DeepSpeed had saved it at another ZeRO stage, DP size and precision. Headers are inline, tensor
+// bytes are extents of the source shards placed by the partition plan, padding is zero fill and
+// precision changes are computed on read.
 #include <cstdint>
 #include <map>
 #include <memory>

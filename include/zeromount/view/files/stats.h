@@ -30,6 +30,10 @@ struct Stats {
   double l2() const { return n ? std::sqrt(sumsq) : NAN; }
 };
 
+// The size of Adam's update, |m| / (sqrt(v) + eps), of `count` elements, computed in double: its
+// statistics added to `stats`, and each size rounded once to float into `out` (the grid counts floats).
+void add_update_sizes(Stats& stats, const float* m, const float* v, double eps, size_t count, float* out);
+
 // A statistic as info and the report pages print it: "%16.8e", 16 characters for any double
 // (NaN and inf included), so that a file's size does not depend on its values.
 std::string stat_text(double v);
@@ -62,10 +66,10 @@ class GridHistogram {
 
 // Reads states `states` of a parameter together, a block of elements at a time, as float32
 // (16-bit states widened exactly): one streaming pass, whatever the source's layout (fragments of
-// ranks, a tensor-parallel merge computed on read). Each block is a few MiB at most.
+// ranks, a tensor-parallel merge computed on read). A block is 128 KiB per state.
 class StateReader {
  public:
-  static constexpr size_t kBlock = 1u << 18;  // elements
+  static constexpr size_t kBlock = 1u << 15;  // elements: the states of a block stay in the L2 cache
   StateReader(const MountedTag& t, const ds::Param& p, std::vector<size_t> states);
   // Fills out[k] with the next block of states[k]; returns how many elements (0 at the end).
   size_t next(const pt::ExtentReader& src, std::vector<std::vector<float>>& out);

@@ -1,5 +1,5 @@
 #pragma once
-// layouts/fsdp-dp<W>/ and layouts/torch/ (issue 28): a checkpoint folder as the Hugging Face
+// layouts/fsdp-dp<W>/ and layouts/torch/: a checkpoint folder as the Hugging Face
 // Trainer saves one without DeepSpeed, under FSDP at W ranks (Accelerate's pytorch_model_fsdp_0/
 // and optimizer_0/, each a DCP folder) or with neither (model.safetensors and optimizer.pt), for
 // the tag the folder's `latest` names. The folder's other real files sit beside them.

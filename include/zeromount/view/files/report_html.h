@@ -1,14 +1,16 @@
 #pragma once
-// What both report pages are written with (internal to src/view/files/report_*.cpp): escaping,
-// fixed-width numbers and coordinates, the page's frame and its CSS. Every value-dependent piece
-// has a width that does not depend on the value, so that a page laid out with placeholders has the
-// size of the page laid out with its figures.
+// What both report pages are written with (src/view/files/report_*.cpp): escaping, fixed-width
+// numbers and coordinates, the page's frame and its CSS, and the file a built page is served as.
+// Every value-dependent piece has a width that does not depend on the value, so that a page laid
+// out with placeholders has the size of the page laid out with its figures.
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
-#include "zeromount/view/files/report.h"
+#include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/files/report_figures.h"
 
 namespace zm::view::html {
 
@@ -31,8 +33,8 @@ std::string step_text(double step);
 std::pair<std::string, std::string> axis_labels(double lo, double hi, size_t width);
 // Decimal digits of n (at least 1): the width of counts up to n.
 size_t digits(uint64_t n);
-// What a pass cost, as both pages say it: "N bytes (1.2 GiB) read in S s", each number of a fixed
-// width (N that of `expected`, the most the pass can read).
+// What a pass cost, as both pages say it: "N bytes (1.2 GiB) read in S s, R GB/s", each number of
+// a fixed width (N that of `expected`, the most the pass can read).
 std::string read_cost(uint64_t bytes, uint64_t expected, double seconds);
 // "b" (shown in red) when something is not finite, "g" otherwise: one character either way.
 inline const char* flag(bool bad) {
@@ -47,3 +49,11 @@ std::string page(const std::string& title, const std::string& body);
 std::string histogram(const char* css_class, const std::string& what, const Bins* bins, size_t count_width);
 
 }  // namespace zm::view::html
+
+namespace zm::view {
+
+// A built page as a file whose every read first checks that the shards it was computed from
+// (view file ids) are unchanged, and fails with ESTALE otherwise, as every made-up file does.
+pt::VirtualFile report_file(std::string html, std::vector<uint32_t> shards);
+
+}  // namespace zm::view

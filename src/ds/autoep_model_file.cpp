@@ -1,17 +1,12 @@
-// The model-state files of an AutoEP universal checkpoint. ds_to_universal.py does not copy them:
-// it torch.load()s each one, sets universal_checkpoint_info['expert_parameter_patterns'] and
-// ['ds_autoep_layers'], and torch.save()s the result (spec tensor-pipeline-expert.md §8). Copying
-// the source pickle's nodes keeps the objects it shared shared, so the writer memoizes as
-// torch.save's pickler did; tensors become views of their source storages, served from the file.
+#include "zeromount/ds/autoep_model_file.h"
+
+#include <string>
 #include <unordered_map>
 
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
-#include "zeromount/pt/pt_file.h"
-#include "zeromount/pt/pt_writer.h"
-#include "zeromount/view/files/universal.h"
 
-namespace zm::view {
+namespace zm::ds {
 
 using pt::Kind;
 using pt::Node;
@@ -77,30 +72,19 @@ class Resave {
 
 }  // namespace
 
-pt::VirtualFile autoep_model_states_file(const MountedTag& t, const std::string& path) {
-  const ds::TagIndex& ix = *t.index;
-  size_t shard = 0;
-  while (shard < ix.shards.size() && ix.shards[shard].path != path) ++shard;
-  if (shard == ix.shards.size()) throw Error(path + ": not among the indexed shards", EIO);
-  const auto src = pt::load_pt(path);
-  if (src->pickle_hash != ix.shards[shard].pickle_hash)
-    throw Error(path + ": changed since it was indexed (remount)", ESTALE);
-  const pt::Extent whole = t.map({uint32_t(shard), 0, 0});
-  pt::Arena a;
-  Resave r(a, whole.file, path);
+const Node* autoep_model_states_pickle(pt::Arena& a, const TagIndex& ix, size_t shard, const Node* source_root,
+                                       const ExtentMap& map) {
+  const std::string& path = ix.shards.at(shard).path;
+  Resave r(a, map({uint32_t(shard), 0, 0}).file, path);
   pt::Copier copy(a, [&r](const Node* n) { return r.instead(n); });
-  const Node* info = src->root->get("universal_checkpoint_info");
+  const Node* info = source_root->get("universal_checkpoint_info");
   if (!info || info->kind != Kind::Dict) throw Error(path + ": no universal_checkpoint_info dict to update", EIO);
   Node* uc = info->ordered ? pt::build::ordered_dict(a) : pt::build::dict(a);
   r.replace(info, uc);
   for (const auto& [k, v] : info->entries) uc->entries.emplace_back(copy(k), copy(v));
   pt::build::assign(uc, a, "expert_parameter_patterns", pt::build::str_list(a, {"\\.experts\\.w[123]$"}));
   pt::build::assign(uc, a, "ds_autoep_layers", ix.autoep_layers);
-  pt::PtOptions o;
-  o.prefix = path.substr(path.find_last_of('/') + 1);
-  o.prefix = o.prefix.substr(0, o.prefix.size() - 3);  // torch.save names the archive after the file's stem
-  o.crc_source = t.crc_source;
-  return pt::build_pt(copy(src->root), o);
+  return copy(source_root);
 }
 
-}  // namespace zm::view
+}  // namespace zm::ds

@@ -1,19 +1,15 @@
 #pragma once
-// The report pages (docs/SEMANTICS.md): `<T>_params/report.html`, one self-contained HTML page
-// per tag (the run, a row per parameter with statistics, Adam update sizes and histograms, bar
-// charts per layer), and `report.html` across the tags of a checkpoint folder or of a run folder
-// (lines per layer against the step). Inline SVG and CSS only: no script, no network.
-//
-// Every number comes from one streaming pass per tag (and one per pair of consecutive tags for
-// the weights' change), made when a page is first built and kept by the tag's identity (its
-// shards' paths, sizes, mtimes, inodes and pickle hashes), so that both pages, and every mount in
-// the process, share one pass. Pages are laid out with fixed-width numbers: laid out without the
-// figures (a null pointer), a page has the size it has with them, which is how stat knows it.
+// The numbers of the report pages (docs/SEMANTICS.md): every number comes from one streaming pass
+// per tag (and one per pair of consecutive tags for the weights' change), made when a page is first
+// built and kept by the tag's identity (its shards' paths, sizes, mtimes, inodes and pickle
+// hashes), so that both pages, and every mount in the process, share one pass.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "zeromount/ds/tag_index.h"
 #include "zeromount/pt/virtual_file.h"
 #include "zeromount/view/files/stats.h"
 #include "zeromount/view/mounted_tag.h"
@@ -88,9 +84,6 @@ struct ChangeFigures {
 std::shared_ptr<const ChangeFigures> change_figures(const MountedTag& prev, const MountedTag& next,
                                                     const pt::ExtentReader& src);
 
-// `<T>_params/report.html`; `figures` null: the same bytes' count, with placeholders.
-std::string tag_report(const MountedTag& t, const TagFigures* figures);
-
 // What a page across tags shows (its tags are NamedTags: paths inside the page's folder).
 struct RunFigures {
   std::vector<std::shared_ptr<const TagFigures>> tags;       // as the NamedTags, without params
@@ -98,13 +91,5 @@ struct RunFigures {
 };
 // Computes what run_report shows: each tag's figures and each consecutive pair's change.
 RunFigures run_figures(const std::vector<NamedTag>& tags, const pt::ExtentReader& src);
-// `report.html` of a folder (`title`: its path in the mount) across `tags`, in training order;
-// `left_out`: tags not shown, and why. `figures` null: placeholders of the same width.
-std::string run_report(const std::string& title, const std::vector<NamedTag>& tags,
-                       const std::vector<std::string>& left_out, const RunFigures* figures);
-
-// A built page as a file whose every read first checks that the shards it was computed from
-// (view file ids) are unchanged, and fails with ESTALE otherwise, as every made-up file does.
-pt::VirtualFile report_file(std::string html, std::vector<uint32_t> shards);
 
 }  // namespace zm::view
