@@ -1,5 +1,5 @@
 #pragma once
-// Folders of SRC looked into by descriptor (issue 27: a look by full path costs the kernel one
+// Folders of SRC looked into by descriptor (a look by full path costs the kernel one
 // step per component, so filling a folder at depth d cost O(d) per entry, and a walk of a deep
 // chain O(d^2), or O(d^3) with realpath). A folder is opened once and its entries are stat'ed,
 // listed, read and opened relative to it; `open_dir` finds a folder's parent among the few

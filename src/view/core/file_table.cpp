@@ -45,7 +45,7 @@ uint32_t FileTable::add(const std::string& path) {
   auto e = std::make_unique<Entry>();
   e->path = path;
   // Relative to its folder, which the fill has just listed (ds::open_dir keeps it): a stat by path
-  // would cost a step per folder above it (issue 27 item 9).
+  // would cost a step per folder above it.
   const auto [folder, name] = ds::split_path(path);
   const ds::Dir dir = name.empty() || folder.empty() ? ds::Dir() : ds::open_dir(folder);
   if (dir.ok() ? !dir.stat(name, e->st, true) : ::stat(path.c_str(), &e->st) != 0)

@@ -31,7 +31,7 @@ struct RealEntry {
 };
 
 // A real folder's entries, sorted by name, and the folder opened: every look at an entry is
-// relative to it, so a folder costs the same at any depth (issue 27). `skip` (the mount point) is
+// relative to it, so a folder costs the same at any depth. `skip` (the mount point) is
 // never looked into.
 struct RealListing {
   ds::Dir dir;
