@@ -4,14 +4,17 @@
 //   /data0 .. /data{N-1}  each exposes the whole --backing file (read via pread or splice)
 //   /d/f00000 ..          --dir-entries synthesized small files (4 KiB, content generated)
 //   /.stats               read => read-size histogram + counters since last read (then reset)
+// or, with --tree=DIR, the files and folders of DIR (a plain read-only passthrough: the floor of
+// a real checkpoint folder read through FUSE, served the way the data files are)
 //
 // Build: g++ -O2 -std=c++17 benchfs.cpp $(pkg-config --cflags --libs fuse3) -o benchfs
-// Usage: benchfs MOUNTPOINT --backing=FILE [--mode=splice|fdcopy|copy] [--direct_io] [--keep_cache]
+// Usage: benchfs MOUNTPOINT (--backing=FILE | --tree=DIR) [--mode=splice|fdcopy|copy] [--direct_io] [--keep_cache]
 //        [--files=2] [--dir-entries=10000] [--entry_timeout=S] [--attr_timeout=S]
 //        [--max_read=N] [--no_readdirplus] [-s] [-f] [-o opts] [-o clone_fd] [-o max_threads=N]
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include <fuse_lowlevel.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,13 +26,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace {
 
 struct Options {
   const char* backing = nullptr;
+  const char* tree = nullptr;
   const char* mode = nullptr;  // fuse_opt "%s" frees the previous value: no literal default
   int direct_io = 0;
   int keep_cache = 0;
@@ -65,6 +71,7 @@ std::string g_init_info;
 #define OPT(t, p) \
   { t, offsetof(Options, p), 1 }
 const struct fuse_opt kOptSpec[] = {{"--backing=%s", offsetof(Options, backing), 0},
+                                    {"--tree=%s", offsetof(Options, tree), 0},
                                     {"--mode=%s", offsetof(Options, mode), 0},
                                     OPT("--direct_io", direct_io),
                                     OPT("--keep_cache", keep_cache),
@@ -349,6 +356,120 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
+// --tree=DIR: inode k (k >= 1) is the path g_paths[k - 1], found once by lookup and kept.
+std::mutex g_tree_mu;
+std::vector<std::string> g_paths;
+std::unordered_map<std::string, fuse_ino_t> g_inos;
+
+std::string tree_path(fuse_ino_t ino) {
+  std::lock_guard<std::mutex> lock(g_tree_mu);
+  return ino >= 1 && ino <= g_paths.size() ? g_paths[ino - 1] : std::string();
+}
+
+fuse_ino_t tree_ino(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_tree_mu);
+  auto [it, added] = g_inos.emplace(path, g_paths.size() + 1);
+  if (added) g_paths.push_back(path);
+  return it->second;
+}
+
+bool tree_stat(fuse_ino_t ino, const std::string& path, struct stat* st) {
+  if (path.empty() || stat(path.c_str(), st) != 0) return false;
+  st->st_ino = ino;
+  st->st_mode = (st->st_mode & S_IFMT) | (S_ISDIR(st->st_mode) ? 0555 : 0444);
+  return true;
+}
+
+void tree_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  g_lookups++;
+  const std::string dir = tree_path(parent);
+  if (dir.empty()) return (void)fuse_reply_err(req, ENOENT);
+  const std::string path = dir + "/" + name;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return (void)fuse_reply_err(req, errno);
+  struct fuse_entry_param e;
+  std::memset(&e, 0, sizeof e);
+  e.ino = tree_ino(path);
+  e.attr_timeout = g_opt.attr_timeout;
+  e.entry_timeout = g_opt.entry_timeout;
+  tree_stat(e.ino, path, &e.attr);
+  fuse_reply_entry(req, &e);
+}
+
+void tree_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+  g_getattrs++;
+  struct stat st;
+  if (!tree_stat(ino, tree_path(ino), &st)) return (void)fuse_reply_err(req, ENOENT);
+  fuse_reply_attr(req, &st, g_opt.attr_timeout);
+}
+
+void tree_opendir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  fi->cache_readdir = 0;
+  fuse_reply_open(req, fi);
+}
+
+// Plain readdir (no plus): the kernel looks each name up, as it does on a real mount's first walk.
+void tree_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+  g_readdirs++;
+  const std::string path = tree_path(ino);
+  DIR* d = path.empty() ? nullptr : opendir(path.c_str());
+  if (!d) return (void)fuse_reply_err(req, ENOTDIR);
+  std::vector<char> buf;
+  off_t i = 0;
+  while (dirent* e = readdir(d)) {
+    if (i++ < off) continue;
+    struct stat st;
+    std::memset(&st, 0, sizeof st);
+    st.st_ino = e->d_ino;  // any non-zero value: readdir(3) skips entries of inode 0
+    st.st_mode = e->d_type == DT_DIR ? S_IFDIR : S_IFREG;
+    const size_t old = buf.size(), len = fuse_add_direntry(req, nullptr, 0, e->d_name, &st, i);
+    if (old + len > size) break;
+    buf.resize(old + len);
+    fuse_add_direntry(req, buf.data() + old, len, e->d_name, &st, i);
+  }
+  closedir(d);
+  fuse_reply_buf(req, buf.data(), buf.size());
+}
+
+void tree_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  g_opens++;
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EROFS);
+  const std::string path = tree_path(ino);
+  const int fd = path.empty() ? -1 : open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return (void)fuse_reply_err(req, path.empty() ? ENOENT : errno);
+  fi->fh = uint64_t(fd);
+  fi->direct_io = g_opt.direct_io;
+  fi->keep_cache = g_opt.keep_cache;
+  fuse_reply_open(req, fi);
+}
+
+void tree_release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  close(int(fi->fh));
+  fuse_reply_err(req, 0);
+}
+
+void tree_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
+  g_reads++;
+  int bucket = 0;
+  while ((1ul << bucket) < size) bucket++;
+  g_hist[bucket]++;
+  const int fd = int(fi->fh);
+  if (g_mode == Mode::Copy) {
+    if (t_buf.size() < size) t_buf.resize(size);
+    const ssize_t n = pread(fd, t_buf.data(), size, off);
+    if (n < 0) return (void)fuse_reply_err(req, errno);
+    g_bytes += size_t(n);
+    fuse_reply_buf(req, t_buf.data(), size_t(n));
+  } else {
+    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
+    bv.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    bv.buf[0].fd = fd;
+    bv.buf[0].pos = off;
+    g_bytes += size;
+    fuse_reply_data(req, &bv, g_opt.no_splice_move ? (enum fuse_buf_copy_flags)0 : FUSE_BUF_SPLICE_MOVE);
+  }
+}
+
 void op_destroy(void*) {
   std::fprintf(stderr, "benchfs destroy: %s", stats_text().c_str());
 }
@@ -358,20 +479,30 @@ void op_destroy(void*) {
 int main(int argc, char* argv[]) {
   struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
   if (fuse_opt_parse(&args, &g_opt, kOptSpec, nullptr) == -1) return 1;
-  if (!g_opt.backing) {
-    std::fprintf(stderr, "--backing=FILE required\n");
+  if (!g_opt.backing == !g_opt.tree) {
+    std::fprintf(stderr, "one of --backing=FILE or --tree=DIR required\n");
     return 1;
   }
   std::string m = g_opt.mode ? g_opt.mode : "splice";
   g_mode = m == "copy" ? Mode::Copy : m == "fdcopy" ? Mode::FdCopy : Mode::Splice;
-  g_fd = open(g_opt.backing, O_RDONLY | O_CLOEXEC);
-  if (g_fd < 0) {
-    std::perror("open backing");
-    return 1;
+  if (g_opt.tree) {
+    char* real = realpath(g_opt.tree, nullptr);
+    if (!real) {
+      std::perror("tree");
+      return 1;
+    }
+    tree_ino(real);  // the root, inode 1
+    free(real);
+  } else {
+    g_fd = open(g_opt.backing, O_RDONLY | O_CLOEXEC);
+    if (g_fd < 0) {
+      std::perror("open backing");
+      return 1;
+    }
+    struct stat st;
+    fstat(g_fd, &st);
+    g_size = st.st_size;
   }
-  struct stat st;
-  fstat(g_fd, &st);
-  g_size = st.st_size;
   if (g_opt.max_read) {
     std::string o = "-omax_read=" + std::to_string(g_opt.max_read);
     fuse_opt_add_arg(&args, o.c_str());
@@ -387,13 +518,23 @@ int main(int argc, char* argv[]) {
   std::memset(&ops, 0, sizeof ops);
   ops.init = op_init;
   ops.destroy = op_destroy;
-  ops.lookup = op_lookup;
-  ops.getattr = op_getattr;
-  ops.open = op_open;
-  ops.read = op_read;
-  ops.opendir = op_opendir;
-  ops.readdir = op_readdir;
-  if (!g_opt.no_readdirplus) ops.readdirplus = op_readdirplus;
+  if (g_opt.tree) {
+    ops.lookup = tree_lookup;
+    ops.getattr = tree_getattr;
+    ops.open = tree_open;
+    ops.release = tree_release;
+    ops.read = tree_read;
+    ops.opendir = tree_opendir;
+    ops.readdir = tree_readdir;
+  } else {
+    ops.lookup = op_lookup;
+    ops.getattr = op_getattr;
+    ops.open = op_open;
+    ops.read = op_read;
+    ops.opendir = op_opendir;
+    ops.readdir = op_readdir;
+    if (!g_opt.no_readdirplus) ops.readdirplus = op_readdirplus;
+  }
 
   struct fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, nullptr);
   if (!se) return 1;
@@ -419,6 +560,6 @@ int main(int argc, char* argv[]) {
   fuse_session_destroy(se);
   free(opts.mountpoint);
   fuse_opt_free_args(&args);
-  close(g_fd);
+  if (g_fd >= 0) close(g_fd);
   return ret ? 1 : 0;
 }

@@ -17,6 +17,11 @@ DP size has its state back, four ways, on one checkpoint, in one run.
       with DeepSpeed's own safe_set_full_* API, save_checkpoint).  (set-state stops at its own
       check for ZeRO-3 targets of the default source: fc2.weight lp_vs_ref_fp32.)  Cached in WORK/native/<target>/ (WORK/native/<source name>/<target>/ for a non-default
       source).  (c)/(e) is the mount's real cost at that layout.
+  (f) with --floor: (e)'s real checkpoint served through FUSE by bench/benchfs.cpp --tree (a plain
+      read-only passthrough: pread + fuse_reply_buf, keep_cache, 1 MiB max_read, as zeromount
+      serves), so that what FUSE itself costs on this machine is told apart from what the mount
+      adds. --floor runs only (c), (e) and (f) for each target, a warm-up round then --repeat
+      rounds (default 3) whose order alternates (c e f, then f e c), and prints the medians.
 
 Loads are real DeepSpeed (the oracle in /tmp/oracle, see its README.md): harness/launch.py starts
 the ranks of harness/oracle_load.py inside the oracle chroot, through a small wrapper that this
@@ -49,6 +54,7 @@ Every mount it makes is unmounted in a finally block.
 """
 import argparse
 import json
+import statistics
 import os
 import re
 import resource
@@ -475,6 +481,94 @@ def path_e(cfg, rnd, target):
     return run_load(cfg, f"{rnd}/e_{target}", dp, stage, chroot_path(info["dir"]), False, t0)
 
 
+class FloorMount:
+    """bench/benchfs.cpp --tree=DIR at MNT: a real folder through a minimal FUSE passthrough."""
+
+    def __init__(self, exe, tree, mnt):
+        self.exe, self.tree, self.mnt, self.proc = exe, tree, mnt, None
+
+    def up(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        if os.path.ismount(self.mnt):
+            subprocess.run(["fusermount3", "-u", self.mnt], check=True)
+        t0 = time.time()
+        self.proc = subprocess.Popen([self.exe, self.mnt, f"--tree={self.tree}", "--mode=copy", "--keep_cache",
+                                      f"--max_read={1 << 20}", "-f"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not os.path.ismount(self.mnt):
+            if self.proc.poll() is not None or time.time() - t0 > 30:
+                raise RuntimeError(f"benchfs did not mount {self.mnt}")
+            time.sleep(0.01)
+        os.listdir(self.mnt)
+        return time.time() - t0
+
+    def down(self):
+        if os.path.ismount(self.mnt):
+            subprocess.run(["fusermount3", "-u", self.mnt])
+        if self.proc:
+            self.proc.wait(timeout=30)
+
+
+def path_f(cfg, rnd, target):
+    info = cfg.native.get(target)
+    if not info or not info["ok"]:
+        return {"passed": False, "check": f"no real native checkpoint at {target}"}
+    stage, dp = target_params(target)
+    m = FloorMount(cfg.benchfs, info["dir"], cfg.mnt + "-floor")
+    t0 = time.time()
+    try:
+        mount_s = m.up()
+        rec = run_load(cfg, f"{rnd}/f_{target}", dp, stage, chroot_path(m.mnt), False, t0)
+        rec["mount_s"] = mount_s
+        return rec
+    finally:
+        m.down()
+
+
+def run_floor_round(cfg, rnd, targets, reverse):
+    """(c), (e) and (f) for each target, in the order c e f, or f e c when `reverse`."""
+    log(f"round {rnd}: targets {targets}, order {'f e c' if reverse else 'c e f'}, load {loadavg()}")
+    out = {"targets": {}, "loadavg_start": loadavg(), "order": "fec" if reverse else "cef"}
+    run = {"c": lambda t: path_mount(cfg, rnd, t, "c"), "e": lambda t: path_e(cfg, rnd, t),
+           "f": lambda t: path_f(cfg, rnd, t)}
+    for t in targets:
+        out["targets"][t] = {k: run[k](t) for k in (("f", "e", "c") if reverse else ("c", "e", "f"))}
+    out["loadavg_end"] = loadavg()
+    return out
+
+
+def floor_table(rounds):
+    """Medians over the measured rounds: the checkpoint work (mount, then the last rank's
+    load_checkpoint; (e) has no mount), the wall from the first step, and the CPU of all ranks in
+    load_checkpoint."""
+    def med(recs, key):
+        v = [key(r) for r in recs if r.get("passed") and "load_checkpoint_s" in r]
+        return (statistics.median(v), len(v)) if v else (None, 0)
+
+    def work(r):
+        return r.get("before_launch_s", 0.0) + r["load_checkpoint_s"]
+
+    def f(x):
+        return "-" if x is None else f"{x:.2f}"
+
+    def q(x, y):
+        return "-" if x is None or y is None else f"{x / y:.2f}"
+
+    lines = ["| target | rounds | (c) mount + load_checkpoint | (e) load_checkpoint, real folder | "
+             "(f) benchfs mount + load_checkpoint, real folder through FUSE | (c)/(e) | (c)/(f) | (f)/(e) | "
+             "CPU in load_checkpoint (c) / (e) / (f) | wall (c) / (e) / (f) |", "|" + "---|" * 10]
+    for t in rounds[0]["targets"]:
+        recs = {k: [rnd["targets"][t][k] for rnd in rounds] for k in "cef"}
+        w = {k: med(recs[k], work) for k in "cef"}
+        cpu = {k: med(recs[k], lambda r: r["cpu_load_checkpoint_s"])[0] for k in "cef"}
+        wall = {k: med(recs[k], lambda r: r["wall_s"])[0] for k in "cef"}
+        n = min(w[k][1] for k in "cef")
+        lines.append(f"| {t} | {n} | {f(w['c'][0])} | {f(w['e'][0])} | {f(w['f'][0])} | {q(w['c'][0], w['e'][0])} | "
+                     f"{q(w['c'][0], w['f'][0])} | {q(w['f'][0], w['e'][0])} | "
+                     f"{f(cpu['c'])} / {f(cpu['e'])} / {f(cpu['f'])} | {f(wall['c'])} / {f(wall['e'])} / {f(wall['f'])} |")
+    return "\n".join(lines)
+
+
 def path_a_convert(cfg, rnd):
     out_root = os.path.join(cfg.run_dir, rnd, "dsu")
     shutil.rmtree(out_root, ignore_errors=True)
@@ -720,6 +814,9 @@ def main():
     ap.add_argument("--native-floor", action="store_true",
                     help="(e) too: for each target, a native load of a checkpoint really saved by DeepSpeed at that "
                     "layout (made once by resave.py --via set-state, cached in WORK/native/<target>/, not timed)")
+    ap.add_argument("--floor", action="store_true",
+                    help="only (c), (e) and (f) (the real checkpoint through benchfs): a warm-up round, then "
+                         "--repeat alternating rounds (default 3), medians")
     ap.add_argument("--out", default=None, help="JSON of everything (default WORK/resume-<time>.json)")
     ap.add_argument("--report", metavar="JSON", help="only print the tables of an earlier run's JSON")
     cfg = ap.parse_args()
@@ -736,6 +833,14 @@ def main():
     signal.signal(signal.SIGINT, interrupted)
     if cfg.quick:
         cfg.targets, cfg.warmup_targets, cfg.repeat = ["zero2-dp2-fp32"], [], 1
+    if cfg.floor:
+        cfg.native_floor = True
+        cfg.repeat = cfg.repeat if "--repeat" in sys.argv else 3
+        cfg.benchfs = os.path.join(ORACLE, "out", "benchfs")  # built each run: never an older one
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True,
+                               check=True).stdout.split()
+        subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "benchfs.cpp"), *flags, "-o", cfg.benchfs], check=True)
     if cfg.full_warmup:
         cfg.warmup_targets = list(cfg.targets)
     for t in cfg.targets:
@@ -785,6 +890,11 @@ def main():
 
     out_json = report["json"] = cfg.out or os.path.join(cfg.work, f"resume-{os.path.basename(cfg.run_dir)}.json")
     try:
+        if cfg.floor:
+            report["floor_warmup"] = run_floor_round(cfg, "floor-warmup", cfg.targets, False)
+            report["floor_rounds"] = [run_floor_round(cfg, f"floor{i + 1}", cfg.targets, i % 2 == 1)
+                                      for i in range(cfg.repeat)]
+            return 0
         if cfg.warmup_targets:
             report["rounds"]["warmup"] = run_round(cfg, "warmup", cfg.warmup_targets, False, [])
         for i in range(cfg.repeat):
@@ -800,10 +910,29 @@ def main():
         report["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         with open(out_json, "w") as f:
             json.dump(report, f, indent=1, default=str)
+        if cfg.floor:
+            print_floor(report)
     return print_report(report)
 
 
+def print_floor(report):
+    rounds = report.get("floor_rounds") or []
+    print(f"\nuptime at start: {report['uptime_start']}\nuptime at end:   {report['uptime_end']}")
+    if not rounds:
+        return
+    print(f"\n### Against the FUSE floor: medians of {len(rounds)} rounds, alternating order (seconds)\n")
+    print(floor_table(rounds))
+    for i, rnd in enumerate(rounds):
+        for t, r in rnd["targets"].items():
+            for k, rec in r.items():
+                if not rec.get("passed"):
+                    print(f"FAILED: round {i + 1} {t} ({k}): {rec.get('check', '')[:300]}")
+
+
 def print_report(report):
+    if "floor_rounds" in report:
+        print_floor(report)
+        return 0
     print()
     print(f"uptime at start: {report['uptime_start']}")
     print(f"uptime at end:   {report['uptime_end']}")

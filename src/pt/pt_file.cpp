@@ -30,14 +30,16 @@ uint64_t hash_range(const File& file, uint64_t offset, uint64_t n) {
 
 namespace {
 
-// A file opened as far as its pickle's bytes: its zip directory read, data.pkl and version found.
+// A file opened as far as its pickle: its zip directory read, data.pkl and version found, and the
+// pickle's bytes read when `read_pickle` (a file opened like another needs only their hash, and
+// that only when their size is the other's).
 struct Opened {
   std::unique_ptr<PtFile> pt;
   std::unique_ptr<ZipReader> zip;  // reads pt->file
   std::string pickle;
 };
 
-Opened open_pt(const std::string& path) {
+Opened open_pt(const std::string& path, const PtFile* like = nullptr) {
   Opened o;
   o.pt = std::make_unique<PtFile>();
   o.pt->file = File(path);
@@ -46,14 +48,21 @@ Opened open_pt(const std::string& path) {
   o.pt->prefix = zip.prefix();
   const ZipEntry* pkl = zip.find("data.pkl");
   if (!pkl) throw FormatError(where(path, "no data.pkl record in archive '" + zip.prefix() + "'"));
+  const ZipEntry* version = zip.find(".data/version");
+  if (!version) version = zip.find("version");
+  if (!version) throw FormatError(where(path, "no version record in archive '" + zip.prefix() + "'"));
+  if (like) {
+    o.pt->pickle_size = pkl->size;
+    if (pkl->size != like->pickle_size || pkl->method != 0) return o;
+    o.pt->pickle_offset = zip.data_offset(*pkl);
+    o.pt->pickle_hash = hash_range(o.pt->file, o.pt->pickle_offset, pkl->size);
+    return o;
+  }
   // A pickle cannot be larger than the file that holds it; the zip reader checked that.
   o.pickle = zip.read(*pkl, o.pt->file.size());
   o.pt->pickle_offset = zip.data_offset(*pkl);
   o.pt->pickle_size = o.pickle.size();
   o.pt->pickle_hash = hash_bytes(o.pickle.data(), o.pickle.size());
-  const ZipEntry* version = zip.find(".data/version");
-  if (!version) version = zip.find("version");
-  if (!version) throw FormatError(where(path, "no version record in archive '" + zip.prefix() + "'"));
   return o;
 }
 
@@ -82,7 +91,7 @@ std::unique_ptr<PtFile> load_pt(const std::string& path, const PickleLimits& lim
 }
 
 std::unique_ptr<PtFile> load_pt_like(const std::string& path, const PtFile& like) {
-  Opened o = open_pt(path);
+  Opened o = open_pt(path, &like);
   if (o.pt->pickle_size != like.pickle_size || o.pt->pickle_hash != like.pickle_hash) return nullptr;
   o.pt->root = like.root;
   o.pt->like = &like;

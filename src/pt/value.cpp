@@ -1,5 +1,8 @@
 #include "zeromount/pt/value.h"
 
+#include <sys/mman.h>
+
+#include <cstdlib>
 #include <functional>
 #include <unordered_map>
 
@@ -8,6 +11,23 @@
 #include "zeromount/pt/virtual_file.h"
 
 namespace zm::pt {
+
+void* block_alloc(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (bytes < kHuge) {
+    if (void* p = std::malloc(bytes)) return p;
+    throw std::bad_alloc();
+  }
+  bytes = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, bytes);
+  if (!p) throw std::bad_alloc();
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without transparent huge pages, 4 KiB pages
+  return p;
+}
+
+void block_free(void* p) noexcept {
+  std::free(p);
+}
 
 void Tensor::append_computed(std::shared_ptr<const Computed> c) {
   const uint64_t n = c->size();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "zeromount/pt/error.h"
 
@@ -86,8 +87,10 @@ ZipReader::ZipReader(const File& file) : file_(file) {
     throw FormatError(
         where(path, "zip entry count " + std::to_string(count) + " exceeds what the central directory can hold"));
 
-  std::string cd = file.read_string(cd_ofs, cd_size, "central directory");
-  const auto* c = reinterpret_cast<const unsigned char*>(cd.data());
+  // Not zeroed first: a directory of 100,000 records is megabytes, read once per file opened.
+  const auto cd = std::make_unique_for_overwrite<char[]>(size_t(cd_size));
+  file.read_exact(cd_ofs, cd.get(), size_t(cd_size), "central directory");
+  const auto* c = reinterpret_cast<const unsigned char*>(cd.get());
   uint64_t pos = 0;
   entries_.reserve(count);
   for (uint64_t k = 0; k < count; ++k) {
@@ -103,7 +106,7 @@ ZipReader::ZipReader(const File& file) : file_(file) {
     e.local_header = u32(c + pos + 42);
     if (pos + 46 + nlen + xlen + clen > cd_size)
       throw FormatError(where(path, "central directory entry runs past its end", (long long)(cd_ofs + pos)));
-    e.name.assign(cd.data() + pos + 46, nlen);
+    e.name.assign(cd.get() + pos + 46, nlen);
     // zip64 extra: only the fields whose 32-bit slot is saturated are present, in this order.
     uint64_t x = pos + 46 + nlen;
     const uint64_t xend = x + xlen;

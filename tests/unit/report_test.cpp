@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <regex>
 
 #include "helpers.h"
 #include "view_helpers.h"
@@ -259,6 +260,28 @@ TEST(ReportPages, EveryFixtureIsSizedWithoutReadingATensor) {
     pages.push_back("/report.html");
     expect_sizes_known_at_stat(*v, pages);
   }
+}
+
+// The layer charts are labelled: the largest bar's value at the top of each (the norm of the
+// largest layer, as its bar's title says it), and the first layer's name under its bar.
+TEST(ReportPages, LayerBarsAreLabelled) {
+  auto v = view::View::load(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint");
+  const std::string page = content_of(*v, at(*v, "/global_step3_params/report.html"));
+  const std::regex top(R"re(class="lg">\s*([^<\s]+)</text><text[^>]*class="lg">0</text>)re"),
+      first(R"re(<rect[^>]*><title>([^:<]*): ([^<]*)</title></rect><text[^>]*class="bl">([^<]*)</text>)re");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(page, m, top)) << "no value axis on the layer charts";
+  const double most = std::stod(m[1]);
+  EXPECT_GT(most, 0);
+  double largest = 0;
+  const std::regex bar(R"re(<rect[^>]*><title>[^:<]*: ([^<]*)</title></rect>)re");
+  const std::string first_chart = page.substr(0, page.find("</svg>", m.position(0)));
+  for (std::sregex_iterator it(first_chart.begin(), first_chart.end(), bar), end; it != end; ++it)
+    largest = std::max(largest, std::stod((*it)[1]));
+  EXPECT_NEAR(most, largest, 0.006 * largest);  // "%.3g"
+  ASSERT_TRUE(std::regex_search(page, m, first)) << "no layer label under the bars";
+  const std::string layer = m[1], label = m[3];
+  EXPECT_EQ(label, layer.substr(layer.rfind('.') == std::string::npos ? 0 : layer.rfind('.') + 1).substr(0, 7));
 }
 
 // fc1.bias all NaN, one weight of fc1.weight +inf and one -inf, exp_avg_sq of fc2.bias all inf.

@@ -2,11 +2,13 @@
 // The immutable value tree a pickle decodes to. Nodes live in an Arena and point at each other
 // with raw pointers: teardown is flat (no recursion, so hostile nesting cannot overflow the stack)
 // and cycles built through the memo are harmless.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -138,16 +140,43 @@ struct Node {
   std::string_view kind_name() const;
 };
 
+// Memory for a BlockStore's block; one of 2 MiB or more is 2 MiB-aligned and advised to the kernel
+// as huge pages (value.cpp): a pickle of 100,000 tensors makes hundreds of MiB of nodes, and
+// faulting them in 4 KiB at a time cost as much as decoding them.
+void* block_alloc(size_t bytes);
+void block_free(void* p) noexcept;
+
 // Owns every node and tensor of one decoded pickle (or of one built tree).
-// Append-only storage with stable element addresses, in blocks of B elements: one allocation per
-// block. (std::deque allocates 512-byte chunks, i.e. one per 3 Nodes or 2 Tensors, and building a
-// rank file of a 70B target makes tens of thousands of them: bench/README.md.)
-template <typename T, size_t B = 128>
+// Append-only storage with stable element addresses, in blocks that double from 64 elements to
+// about 4 MiB: one allocation per block, few for a small pickle and huge pages for a big one.
+// (std::deque allocates 512-byte chunks, i.e. one per 3 Nodes or 2 Tensors, and building a rank
+// file of a 70B target makes tens of thousands of them: bench/README.md.)
+template <typename T>
 class BlockStore {
  public:
+  BlockStore() = default;
+  BlockStore(BlockStore&& o) noexcept : blocks_(std::move(o.blocks_)), cap_(o.cap_), n_(o.n_) { o.reset(); }
+  BlockStore& operator=(BlockStore&& o) noexcept {
+    if (this != &o) {
+      clear();
+      blocks_ = std::move(o.blocks_);
+      cap_ = o.cap_;
+      n_ = o.n_;
+      o.reset();
+    }
+    return *this;
+  }
+  BlockStore(const BlockStore&) = delete;
+  BlockStore& operator=(const BlockStore&) = delete;
+  ~BlockStore() { clear(); }
+
   T& emplace_back() {
-    if (n_ % B == 0) blocks_.push_back(std::make_unique<T[]>(B));
-    return blocks_.back()[n_++ % B];
+    if (blocks_.empty() || blocks_.back().used == cap_) grow();
+    Block& b = blocks_.back();
+    T* x = ::new (static_cast<void*>(b.data + b.used)) T();
+    ++b.used;
+    ++n_;
+    return *x;
   }
   T& emplace_back(T&& v) {
     T& x = emplace_back();
@@ -157,7 +186,28 @@ class BlockStore {
   size_t size() const { return n_; }
 
  private:
-  std::vector<std::unique_ptr<T[]>> blocks_;
+  static constexpr size_t kFirst = 64, kMaxBytes = size_t(4) << 20;
+  struct Block {
+    T* data = nullptr;
+    size_t used = 0;
+  };
+  void grow() {
+    cap_ = blocks_.empty() ? kFirst : std::max<size_t>(cap_, std::min(cap_ * 2, kMaxBytes / sizeof(T)));
+    blocks_.push_back(Block{static_cast<T*>(block_alloc(cap_ * sizeof(T))), 0});
+  }
+  void clear() noexcept {
+    for (Block& b : blocks_) {
+      for (size_t k = 0; k < b.used; ++k) b.data[k].~T();
+      block_free(b.data);
+    }
+    blocks_.clear();
+  }
+  void reset() noexcept {
+    blocks_.clear();
+    cap_ = n_ = 0;
+  }
+  std::vector<Block> blocks_;
+  size_t cap_ = 0;  // elements in the last block
   size_t n_ = 0;
 };
 

@@ -65,7 +65,7 @@ std::string count(uint64_t c, size_t width) {
 std::string read_cost(uint64_t bytes, uint64_t expected, double seconds) {
   char secs[32], rate[32] = "-";
   snprintf(secs, sizeof secs, "%.3f", seconds);
-  if (seconds > 0) snprintf(rate, sizeof rate, "%.2f", std::min(double(bytes) / 1e9 / seconds, 99999.0));
+  if (seconds > 0) snprintf(rate, sizeof rate, "%.3g", std::min(double(bytes) / 1e9 / seconds, 99999.0));
   return "<span class=\"v\">" + count(bytes, digits(expected)) + "</span> bytes <span class=\"v\">" +
          fit("(" + pt::human_bytes(bytes) + ")", 12) + "</span> read in <span class=\"v\">" + fit(secs, 14) + " s, " +
          fit(rate, 8) + " GB/s</span>";
@@ -110,7 +110,7 @@ table.kv td{padding:1px 14px 1px 0;vertical-align:top}table.kv td:first-child{co
 .h a{text-decoration:none;color:#36c;padding:0 1px}.b{color:#d00;font-weight:700}
 svg{vertical-align:middle}svg .w{fill:#3a75b0}svg .m{fill:#b0753a}svg .g{fill:#3a75b0}svg .b{fill:#d00}
 svg .l{fill:none;stroke:#3a75b0;stroke-width:1.3}svg circle.g{fill:#3a75b0}svg circle.b{fill:#d00}svg circle.n{display:none}
-svg .ax{stroke:#bbb;stroke-width:1}.lg{color:#555}svg text.lg{fill:#666;font-size:10px;text-anchor:end;white-space:pre})";
+svg .ax{stroke:#bbb;stroke-width:1}.lg{color:#555}svg text.lg{fill:#666;font-size:10px;text-anchor:end;white-space:pre}svg text.bl{fill:#666;font-size:9px})";
 
 }  // namespace
 

@@ -81,6 +81,22 @@ std::string run_section(const ds::TagIndex& ix, const TagFigures* f) {
   return o + "</table>\n";
 }
 
+constexpr size_t kAxisLabel = 64;  // px left of the bars for the value axis' labels
+
+// A value as an axis shows it: "%.3g" in at most 10 characters, "-" when not finite.
+std::string short_stat(double v) {
+  char b[32];
+  snprintf(b, sizeof b, "%.3g", v);
+  return std::isfinite(v) ? fit(b, 10) : fit("-", 10);
+}
+
+// A layer's bar label: its name's last part ("model.layers.12" -> "12"), at most 7 characters.
+std::string bar_label(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  const std::string last = dot == std::string::npos ? name : name.substr(dot + 1);
+  return last.size() > 7 ? last.substr(0, 6) + "~" : last;
+}
+
 // One bar per layer, in module order; a layer with values that are not finite is a red bar.
 std::string layer_chart(const std::vector<LayerFigures>& layers, const char* what, bool of_update,
                         const TagFigures* f) {
@@ -102,16 +118,26 @@ std::string layer_chart(const std::vector<LayerFigures>& layers, const char* wha
   double most = 0;
   for (size_t k = 0; k < layers.size(); ++k)
     if (std::isfinite(value(k))) most = std::max(most, value(k));
-  const size_t width = std::max<size_t>(slot * layers.size(), 200);
-  std::string o = "<figure><svg width=\"" + std::to_string(width) + "\" height=\"104\" viewBox=\"0 0 " +
-                  std::to_string(width) + " 104\"><line class=\"ax\" x1=\"0\" y1=\"100.5\" x2=\"" +
-                  std::to_string(width) + "\" y2=\"100.5\"/>";
+  // Labelled: the largest value at the top (a fixed-width number, so that the page's size is known
+  // before any is read), and under the bars the last part of every few layers' names, no closer
+  // than 48 px apart.
+  const size_t bars = slot * layers.size(), width = std::max<size_t>(bars, 200) + kAxisLabel;
+  std::string o = "<figure><svg width=\"" + std::to_string(width) + "\" height=\"116\" viewBox=\"0 0 " +
+                  std::to_string(width) + " 116\"><line class=\"ax\" x1=\"" + std::to_string(kAxisLabel) +
+                  "\" y1=\"100.5\" x2=\"" + std::to_string(width) + "\" y2=\"100.5\"/><text x=\"" +
+                  std::to_string(kAxisLabel - 4) + "\" y=\"9\" class=\"lg\">" + short_stat(most) + "</text><text x=\"" +
+                  std::to_string(kAxisLabel - 4) + "\" y=\"100\" class=\"lg\">0</text>";
+  const size_t every = (48 + slot - 1) / slot;
   for (size_t k = 0; k < layers.size(); ++k) {
     const double v = value(k);
     const double h = !std::isfinite(v) ? kHeight : most > 0 ? std::max(1.0, kHeight * v / most) : 0;
-    o += "<rect x=\"" + std::to_string(k * slot) + "\" y=\"" + coord(kHeight - h, kHeight) + "\" width=\"" +
+    const size_t x = kAxisLabel + k * slot;
+    o += "<rect x=\"" + std::to_string(x) + "\" y=\"" + coord(kHeight - h, kHeight) + "\" width=\"" +
          std::to_string(std::max<size_t>(slot - 1, 2)) + "\" height=\"" + coord(h, kHeight) + "\" class=\"" +
          html::flag(bad(k)) + "\"><title>" + escape(layers[k].name) + ": " + stat_text(v) + "</title></rect>";
+    if (k % every == 0)
+      o += "<text x=\"" + std::to_string(x) + "\" y=\"112\" class=\"bl\">" + escape(bar_label(layers[k].name)) +
+           "</text>";
   }
   return o + "</svg><figcaption>" + what + ", one bar per layer in module order (" + escape(layers.front().name) +
          " ... " + escape(layers.back().name) + "); red: values that are not finite</figcaption></figure>\n";
