@@ -1,6 +1,8 @@
 #include "zeromount/ds/checkpoint.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
+
 #include "builders.h"
 #include "parallel.h"
 
@@ -11,6 +13,7 @@
 
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/shard_set.h"
+#include "zeromount/ds/source_dir.h"
 #include "zeromount/ds/source_path.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/file.h"
@@ -22,13 +25,23 @@ namespace fs = std::filesystem;
 namespace {
 
 // By name only: a tag folder's entries are not followed here (a link loop in it must not stop the scan).
-bool holds_optim_states(const fs::path& dir) {
+bool holds_optim_states(const Dir& dir) {
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    auto n = parse_shard_name(it->path().filename().string());
+  for (const Dir::Entry& e : dir.list(ec)) {
+    auto n = parse_shard_name(e.name);
     if (n && n->kind == FileKind::OptimStates) return true;
   }
   return false;
+}
+
+// `dir`'s path joined with one of its names.
+std::string join(const std::string& dir, const std::string& name) {
+  return dir == "/" ? "/" + name : dir + "/" + name;
+}
+
+bool is_link(const Dir& dir, const Dir::Entry& e) {
+  struct stat st {};
+  return e.type == DT_LNK || (e.type == DT_UNKNOWN && dir.stat(e.name, st) && S_ISLNK(st.st_mode));
 }
 
 // One optimizer class stores 'step' one way; groups that differ mean a hand-edited file. A group
@@ -48,29 +61,33 @@ StepValue::Kind common_step_kind(const TagIndex& index) {
 
 std::vector<std::pair<std::string, std::string>> tag_folder_files(const std::string& dir) {
   std::vector<std::pair<std::string, std::string>> files;
+  const Dir d = open_dir(dir);
   std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    std::string path = it->path().string();
-    std::error_code bad;
-    if (it->is_symlink(bad)) {
+  const std::vector<Dir::Entry> entries = d.ok() ? d.list(ec) : std::vector<Dir::Entry>{};
+  if (!d.ok()) ec = std::error_code(errno, std::generic_category());
+  for (const Dir::Entry& e : entries) {
+    std::string path = join(dir, e.name);
+    struct stat st {};
+    bool found = false;
+    if (is_link(d, e)) {
       // A linked shard is read where it lies, found without looking into the mount: a link into
       // it refuses the tag (a shard read from our own mount would wait on itself).
       try {
         path = resolve(path);
-      } catch (const Error& e) {
-        if (parse_shard_name(name)) throw;
+      } catch (const Error&) {
+        if (parse_shard_name(e.name)) throw;
         continue;
       }
+      found = ::stat(path.c_str(), &st) == 0;
+    } else {
+      found = d.stat(e.name, st, true);
     }
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      files.emplace_back(std::move(name), std::move(path));
-    } else if (parse_shard_name(name)) {
+    if (found && S_ISREG(st.st_mode)) {
+      files.emplace_back(e.name, std::move(path));
+    } else if (parse_shard_name(e.name)) {
       const int err = errno;
-      throw Error(where(it->path().string(), st.st_mode ? "not a regular file (" + file_kind_text(st.st_mode) + ")"
-                                                        : "cannot be followed: " + std::string(strerror(err))),
+      throw Error(where(join(dir, e.name), st.st_mode ? "not a regular file (" + file_kind_text(st.st_mode) + ")"
+                                                      : "cannot be followed: " + std::string(strerror(err))),
                   st.st_mode ? EINVAL : err);
     }
   }
@@ -103,45 +120,52 @@ bool tag_order(const std::string& a, const std::string& b) {
 }
 
 // An entry of a listed folder as a folder to look into: links resolved without entering the
-// mount, "" when it is no folder or cannot be followed.
-std::string folder_at(const fs::directory_entry& e, const std::string& skip, std::string* why = nullptr) {
-  std::error_code ec;
-  if (e.path() == skip) return "";
-  std::string path = e.path().string();
-  if (e.is_symlink(ec)) {
+// mount; not ok() when it is no folder or cannot be followed. A folder that is not a link is opened
+// relative to `dir`, at any depth for the same cost.
+static OpenFolder folder_at(const OpenFolder& dir, const Dir::Entry& e, const std::string& skip,
+                            std::string* why = nullptr) {
+  OpenFolder out;
+  out.path = join(dir.path, e.name);
+  if (out.path == skip) return {};
+  if (is_link(dir.dir, e)) {
     try {
-      path = resolve(path);
+      out.path = resolve(out.path);
     } catch (const Error& err) {
       // A link into the mount is refused aloud; a dangling link or a loop is just a link (the
       // mirror shows it as one), not a refusal.
       if (why && err.errno_value() == EDEADLK) *why = err.what();
-      return "";
+      return {};
     }
+    out.dir = open_dir(out.path);
+  } else if (struct stat st{};
+             e.type == DT_DIR || (e.type == DT_UNKNOWN && dir.dir.stat(e.name, st) && S_ISDIR(st.st_mode))) {
+    out.dir = dir.dir.open(e.name);
   }
-  return fs::is_directory(path, ec) ? path : "";
+  if (!out.dir.ok()) return {};
+  return out;
 }
 
-bool any_folder_in(const std::string& dir, const std::string& skip, const std::function<bool(const std::string&)>& is) {
+bool any_folder_in(const OpenFolder& dir, const std::string& skip, const std::function<bool(const OpenFolder&)>& is) {
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (const std::string d = folder_at(*it, skip); !d.empty() && is(d)) return true;
+  for (const Dir::Entry& e : dir.dir.list(ec))
+    if (const OpenFolder d = folder_at(dir, e, skip); d.dir.ok() && is(d)) return true;
   return false;
 }
 
+bool holds_tag_folder(const OpenFolder& dir, const std::string& skip) {
+  return any_folder_in(dir, skip, [](const OpenFolder& d) { return holds_optim_states(d.dir); });
+}
+
 bool holds_tag_folder(const std::string& dir, const std::string& skip) {
-  return any_folder_in(dir, skip, [](const std::string& d) { return holds_optim_states(d); });
+  return holds_tag_folder(OpenFolder{dir, open_dir(dir)}, skip);
+}
+
+std::optional<std::string> read_latest(const Dir& root) {
+  return root.ok() ? root.read_file("latest", size_t(kLatestMaxBytes)) : std::nullopt;
 }
 
 std::optional<std::string> read_latest(const std::string& root) {
-  const std::string path = root + "/latest";
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kLatestMaxBytes) return std::nullopt;
-  try {
-    const pt::File f(path);
-    return f.read_string(0, size_t(f.size()), "latest");
-  } catch (const Error&) {
-    return std::nullopt;
-  }
+  return read_latest(open_dir(root));
 }
 
 std::string latest_tag(std::string_view text) {
@@ -151,31 +175,41 @@ std::string latest_tag(std::string_view text) {
 }
 
 CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip) {
-  CheckpointDir c;
   std::error_code ec;
-  c.root = fs::canonical(path, ec).string();
+  const std::string root = fs::canonical(path, ec).string();
   if (ec) throw Error(path + ": " + ec.message(), ENOENT);
-  if (!fs::is_directory(c.root, ec)) throw Error(path + ": not a directory", ENOTDIR);
+  if (!fs::is_directory(root, ec)) throw Error(path + ": not a directory", ENOTDIR);
+  return scan_folder(root, skip, path);
+}
+
+CheckpointDir scan_folder(const std::string& root, const std::string& skip, const std::string& named) {
+  CheckpointDir c;
+  c.root = root;
+  const std::string& path = named.empty() ? root : named;
   // A folder that cannot be listed would be served as an empty mirror: say why instead.
-  fs::directory_iterator it(c.root, ec);
+  const OpenFolder dir{root, open_dir(root)};
+  std::error_code ec;
+  if (!dir.dir.ok()) ec = std::error_code(errno, std::generic_category());
+  const std::vector<Dir::Entry> entries = dir.dir.ok() ? dir.dir.list(ec) : std::vector<Dir::Entry>{};
   if (ec) throw Error(path + ": cannot list: " + ec.message(), ec.value());
-  if (const auto text = read_latest(c.root)) c.latest = latest_tag(*text);
-  c.root_is_tag = holds_optim_states(c.root);
+  if (const auto text = read_latest(dir.dir)) c.latest = latest_tag(*text);
+  c.root_is_tag = std::any_of(entries.begin(), entries.end(), [](const Dir::Entry& e) {
+    auto n = parse_shard_name(e.name);
+    return n && n->kind == FileKind::OptimStates;
+  });
   // A tag folder reached twice (a real one and an alias link to it) is one tag, under its real
   // name; a link to a folder elsewhere is a tag under the link's name.
   std::map<std::string, std::pair<bool, std::string>> by_target;  // canonical -> (is a link, name)
-  for (fs::directory_iterator end; !ec && it != end; it.increment(ec)) {
-    std::error_code e2;
-    const std::string name = it->path().filename().string();
+  for (const Dir::Entry& e : entries) {
     std::string why;
-    const std::string target = folder_at(*it, skip, &why);
-    if (!why.empty() && it->is_symlink(e2)) c.refused.emplace_back(name, why);
-    if (target.empty() || !holds_optim_states(target)) continue;
-    const bool link = it->is_symlink(e2);
-    auto [at, fresh] = by_target.try_emplace(target, link, name);
-    if (!fresh && at->second.first && (!link || name < at->second.second)) at->second = {link, name};
+    const OpenFolder target = folder_at(dir, e, skip, &why);
+    const bool link = is_link(dir.dir, e);
+    if (!why.empty() && link) c.refused.emplace_back(e.name, why);
+    if (!target.dir.ok() || !holds_optim_states(target.dir)) continue;
+    auto [at, fresh] = by_target.try_emplace(target.path, link, e.name);
+    if (!fresh && at->second.first && (!link || e.name < at->second.second)) at->second = {link, e.name};
   }
-  for (const auto& [target, named] : by_target) c.tags.push_back(named.second);
+  for (const auto& [target, named_as] : by_target) c.tags.push_back(named_as.second);
   std::sort(c.tags.begin(), c.tags.end(), tag_order);
   return c;
 }

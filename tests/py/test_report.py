@@ -420,7 +420,8 @@ def test_hostile_values_are_counted_and_shown(tmp_path):
         assert red("layers.1.weight") == [] and red("layers.1.bias") == []
         upd = [c for c in got["layers.0.bias"][1] if "median" in c.attrs.get("title", "")][0]
         assert float(upd.attrs["title"].split()[-1]) == 0.0, "|m| / (inf + eps) is 0"
-        norms = next(f for f in dom.root.all("figure") if text_of(f).strip().startswith("Weight norm"))
+        # The chart's axis labels come before its caption (main a5f7387): found by its caption.
+        norms = next(f for f in dom.root.all("figure") if "Weight norm" in text_of(f))
         bars = {b.title().split(":")[0]: "b" in b.attrs.get("class", "").split() for b in norms.all("rect")}
         assert bars["layers.0"] and bars["layers.2"] and not bars["layers.1"], "layers with NaN or inf are red"
 

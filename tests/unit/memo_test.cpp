@@ -2,8 +2,13 @@
 // say they keep (issue 29), with .zeromount/stats' sums kept in step.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "zeromount/view/memo.h"
 
@@ -59,6 +64,32 @@ TEST(Memo, KeepsAtMostKeepEntriesAndForgetsFailures) {
                std::runtime_error);
   EXPECT_EQ(memo.size(), 1u) << "a failed computation is not kept (while it ran, it took the oldest one's place)";
   EXPECT_EQ(memo.get("x", [] { return std::make_shared<const Weighed>(Weighed{7}); })->size, 7u);
+}
+
+// View::content's form: a budget given at run time and a weight function; threads reading one
+// file at once wait for one build.
+TEST(Memo, ARunTimeBudgetWeighsByItsFunctionAndOneBuildServesEveryReader) {
+  view::Memo<int, Weighed, std::numeric_limits<size_t>::max()> memo(100, [](const Weighed& w) { return 2 * w.size; });
+  std::atomic<int> made{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 8; ++t)
+    readers.emplace_back([&] {
+      while (!go) std::this_thread::yield();
+      memo.get(1, [&] {
+        ++made;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        return std::make_shared<const Weighed>(Weighed{20});
+      });
+    });
+  go = true;
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(made.load(), 1);
+  EXPECT_EQ(memo.bytes(), 40u) << "weighed by the function given";
+  memo.get(2, [] { return std::make_shared<const Weighed>(Weighed{20}); });
+  memo.get(3, [] { return std::make_shared<const Weighed>(Weighed{20}); });  // 120 > 100: 1 goes
+  EXPECT_EQ(memo.size(), 2u);
+  EXPECT_EQ(memo.bytes(), 80u);
 }
 
 }  // namespace

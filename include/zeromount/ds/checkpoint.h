@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "zeromount/ds/source_dir.h"
 #include "zeromount/ds/tag_index.h"
 
 namespace zm::ds {
@@ -22,12 +23,22 @@ struct CheckpointDir {
   std::vector<std::pair<std::string, std::string>> refused;
 };
 
+// A folder of SRC opened (source_dir.h), with its path (absolute, links resolved).
+struct OpenFolder {
+  std::string path;
+  Dir dir;
+};
+
 // `skip`: a path never looked into (the view's own mount point, which may lie inside `path`).
 CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip = "");
+// The same for a folder whose path is already absolute with its links resolved (one the view
+// filled): opened by descriptor, at the same cost at any depth. `named`: how errors name it.
+CheckpointDir scan_folder(const std::string& root, const std::string& skip, const std::string& named = "");
 // Whether a sub-folder of `dir` (not `skip`) satisfies `is`; stops at the first one found.
-bool any_folder_in(const std::string& dir, const std::string& skip, const std::function<bool(const std::string&)>& is);
+bool any_folder_in(const OpenFolder& dir, const std::string& skip, const std::function<bool(const OpenFolder&)>& is);
 // Whether a sub-folder of `dir` (not `skip`) holds *_optim_states.pt files, i.e. `dir` is a
 // checkpoint folder.
+bool holds_tag_folder(const OpenFolder& dir, const std::string& skip = "");
 bool holds_tag_folder(const std::string& dir, const std::string& skip = "");
 // SRC's `latest` byte for byte (DeepSpeed writes the tag without a newline), or nothing when it is
 // absent, not a regular file, over kLatestMaxBytes or unreadable. DeepSpeed rewrites it after every save.
@@ -35,6 +46,7 @@ bool holds_tag_folder(const std::string& dir, const std::string& skip = "");
 // daemon may read (/etc/shadow), which error lines would then quote to other users.
 inline constexpr int64_t kLatestMaxBytes = 4096;
 std::optional<std::string> read_latest(const std::string& root);
+std::optional<std::string> read_latest(const Dir& root);
 // The tag a `latest` text names, read as DeepSpeed reads it (`fd.read().strip()`).
 std::string latest_tag(std::string_view text);
 // Tag names in training order: embedded numbers compare as numbers (global_step20 < global_step100).

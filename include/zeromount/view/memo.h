@@ -38,12 +38,15 @@ inline MemoWeight& plan_weight() {
 // Values by key, computed once however many threads ask at the same time; the `Keep` most
 // recently used are kept, and with a `Budget` (bytes) no more than that weight: a value's weight is
 // V::bytes() when it is made, and the least recently used values go until the rest fit (the newest
-// is always kept: one value larger than the budget is made and served, then replaced). A
+// is always kept: one value larger than the budget is made and served, then replaced). A budget
+// known only at run time (ViewOptions::cache_bytes) comes with its own weight function instead. A
 // computation that fails is not kept: the next reader tries again.
 template <typename Key, typename V, size_t Keep, uint64_t Budget = 0>
 class Memo {
  public:
+  using Weigh = uint64_t (*)(const V&);
   explicit Memo(MemoWeight* weight = nullptr) : weight_(weight) {}
+  Memo(uint64_t budget, Weigh weigh, MemoWeight* weight = nullptr) : weight_(weight), budget_(budget), weigh_(weigh) {}
   ~Memo() {
     if (weight_) account(-int64_t(bytes_), -int64_t(kept_.size()));
   }
@@ -104,8 +107,10 @@ class Memo {
   };
   using Iter = typename std::list<Entry>::iterator;
 
-  static uint64_t weigh(const std::shared_ptr<const V>& v) {
-    if constexpr (Budget > 0) return v ? v->bytes() : 0;
+  uint64_t weigh(const std::shared_ptr<const V>& v) const {
+    if (!v) return 0;
+    if (weigh_) return weigh_(*v);
+    if constexpr (Budget > 0) return v->bytes();
     return 0;
   }
   void account(int64_t bytes, int64_t entries) {
@@ -121,7 +126,7 @@ class Memo {
   }
   // Readers waiting on a dropped value still get it: they hold its future.
   void evict() {
-    while (kept_.size() > Keep || (Budget > 0 && bytes_ > Budget && kept_.size() > 1)) drop(std::prev(kept_.end()));
+    while (kept_.size() > Keep || (budget_ > 0 && bytes_ > budget_ && kept_.size() > 1)) drop(std::prev(kept_.end()));
   }
 
   mutable std::mutex mu_;
@@ -130,6 +135,8 @@ class Memo {
   uint64_t made_ = 0;
   uint64_t bytes_ = 0;
   MemoWeight* weight_;
+  uint64_t budget_ = Budget;
+  Weigh weigh_ = nullptr;
 };
 
 }  // namespace zm::view

@@ -6,18 +6,18 @@
 #include <sys/stat.h>
 
 #include <atomic>
-#include <list>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/view/file_table.h"
+#include "zeromount/view/memo.h"
 #include "zeromount/view/mounted_tag.h"
 #include "zeromount/view/open_file.h"
 #include "zeromount/view/provider.h"
@@ -137,8 +137,7 @@ class View final : public LiveSource {
 
  private:
   struct Growth;
-  struct Folder;
-  friend struct Folder;
+  class Folder;  // a checkpoint folder: fills, rescans and follows its source (growth.h)
   View(const ViewOptions& opts, struct timespec mtime);
   // Makes the entries of real folder `dir` if they are not made yet: its real entries and, for a
   // folder that holds tags, their index and every provider's entries (fill.cpp).
@@ -146,36 +145,11 @@ class View final : public LiveSource {
   void fill(const Inode& dir, const ds::CheckpointDir* scanned = nullptr) const;
   // The entries of `folder`'s real folder that `dir` does not show yet; tag folders are plain.
   void mirror(const Folder* folder, const std::string& real_dir, uint64_t dir) const;
-  // Indexes one tag folder of `f` and registers its shards; throws zm::Error when it cannot be indexed.
-  const MountedTag& add_tag(Folder& f, const std::string& tag, bool* cache_hit = nullptr) const;
-  // Indexes the tags of `f` that are not served, each once per change of its folder. True if any was added.
-  bool index_new_tags(Folder& f, const std::vector<std::string>& tags, bool after_mount) const;
-  // Tag folders of `f` that do not index (yet): their real files, new ones included, in growing folders.
-  void show_partial_tags(const Folder& f, const std::vector<std::string>& tags) const;
-  // Shows tags of `f` indexed after its fill: their real folder, then every provider's entries.
-  void show_tags(Folder& f, const std::vector<const MountedTag*>& tags) const;
   // The folder record of `dir`, or of the nearest real folder above it; nullptr for none.
-  Folder* folder_of(const Inode& dir) const;
-  bool refresh(Folder& f) const;
-  // Served tags of `f` (and of the folders below it) whose folder is gone: lost (see Folder::lose).
-  void forget_deleted(Folder& f, const std::vector<std::string>& present) const;
-  // A folder's `latest`: a live file showing f.latest_text().
-  uint64_t add_latest(Tree& tree, const Folder& f, struct timespec mtime) const;
-  // Takes the folder's `latest` if it names a served tag; returns the tag it names, served or not.
-  std::optional<std::string> follow_latest(Folder& f) const;
-  // What the `latest` of `f` shows now.
-  std::string latest_text(Folder& f) const;
-  // CheckpointFolder::served_tags of `f`.
-  std::vector<NamedTag> served_tags(Folder& f) const;
+  const Folder* folder_of(const Inode& dir) const;
   // Whether a sub-folder of real folder `dir` is a checkpoint folder: then `dir`, holding no tags
   // itself, is a run folder (Provider::add_run). Lists `dir`'s sub-folders and theirs.
   bool holds_checkpoint_folders(const std::string& dir) const;
-  // Whether `f`, holding no tags, is a run folder that is not shown as one yet (lists folders: call
-  // it outside Tree::append).
-  bool new_run_folder(const Folder& f) const;
-  // Shows `f` as a run folder: every provider's run entries (under Tree::append).
-  void add_run(Tree& tree, Folder& f) const;
-  ProviderContext context(Tree& tree, const Folder& f, bool building) const;
   // Whether `who` may read entry `name` of folder `dir` and search every folder above it.
   bool may_list(const Caller& who, uint64_t dir, const std::string& name) const;
 
@@ -191,11 +165,9 @@ class View final : public LiveSource {
   // What changes while mounted: the folders and their tags (appended only), latest, errors, read counters.
   std::unique_ptr<Growth> growth_;
 
-  // LRU of built files, by inode, bounded by cache_bytes.
-  mutable std::mutex cache_mu_;
-  mutable std::list<std::pair<uint64_t, std::shared_ptr<const pt::VirtualFile>>> lru_;
-  mutable std::unordered_map<uint64_t, decltype(lru_)::iterator> cached_;
-  mutable size_t cached_bytes_ = 0;
+  // Built files by inode, the least recently used dropped beyond cache_bytes (what their headers and
+  // segment tables hold); readers of one file at once wait for one build.
+  mutable Memo<uint64_t, pt::VirtualFile, std::numeric_limits<size_t>::max()> built_;
 };
 
 }  // namespace zm::view

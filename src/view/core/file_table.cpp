@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "zeromount/ds/source_dir.h"
 #include "zeromount/ds/source_fs.h"
 #include "zeromount/pt/error.h"
 
@@ -43,7 +44,11 @@ uint32_t FileTable::add(const std::string& path) {
   }
   auto e = std::make_unique<Entry>();
   e->path = path;
-  if (::stat(path.c_str(), &e->st) != 0)
+  // Relative to its folder, which the fill has just listed (ds::open_dir keeps it): a stat by path
+  // would cost a step per folder above it.
+  const auto [folder, name] = ds::split_path(path);
+  const ds::Dir dir = name.empty() || folder.empty() ? ds::Dir() : ds::open_dir(folder);
+  if (dir.ok() ? !dir.stat(name, e->st, true) : ::stat(path.c_str(), &e->st) != 0)
     throw Error(where(path, std::string("cannot stat: ") + strerror(errno)), errno);
   if (!S_ISREG(e->st.st_mode)) throw FormatError(where(path, "not a regular file"));
   std::unique_lock lock(table_mu_);

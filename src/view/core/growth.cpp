@@ -5,26 +5,26 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <utility>
 
 #include "growth.h"
 #include "zeromount/ds/checkpoint.h"
+#include "zeromount/ds/source_dir.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/file.h"
+#include "zeromount/pt/text.h"
 #include "zeromount/view/memo.h"
 
 namespace zm::view {
 
-namespace fs = std::filesystem;
-
 std::string fingerprint(const std::string& dir) {
   std::vector<std::string> items;
+  const ds::Dir d = ds::open_dir(dir);
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  for (const ds::Dir::Entry& e : d.ok() ? d.list(ec) : std::vector<ds::Dir::Entry>{}) {
     struct stat st {};
-    if (::lstat(it->path().c_str(), &st) != 0) continue;
-    items.push_back(it->path().filename().string() + " " + std::to_string(st.st_size) + " " +
-                    std::to_string(pt::mtime_ns(st)));
+    if (!d.stat(e.name, st)) continue;
+    items.push_back(e.name + " " + std::to_string(st.st_size) + " " + std::to_string(pt::mtime_ns(st)));
   }
   std::sort(items.begin(), items.end());
   std::string fp;
@@ -32,21 +32,21 @@ std::string fingerprint(const std::string& dir) {
   return fp;
 }
 
-void View::Folder::refuse(const std::string& tag, const std::string& reason, std::string folder_fingerprint) {
-  attempts[tag] = std::move(folder_fingerprint);  // attempts: the fill, then scan_mu
+void View::Folder::refuse(const std::string& tag, const std::string& reason, std::string folder_fingerprint) const {
+  attempts_[tag] = std::move(folder_fingerprint);
   std::lock_guard<std::mutex> lock(mu);
   std::erase_if(errors, [&](const TagError& e) { return e.tag == tag; });
   errors.push_back({tag, reason});
 }
 
-void View::Folder::serve(const std::string& tag) {
-  attempts.erase(tag);
+void View::Folder::serve(const std::string& tag) const {
+  attempts_.erase(tag);
   std::lock_guard<std::mutex> lock(mu);
   served.insert(tag);
   std::erase_if(errors, [&](const TagError& e) { return e.tag == tag; });
 }
 
-void View::Folder::lose(const std::string& tag) {
+void View::Folder::lose(const std::string& tag) const {
   std::lock_guard<std::mutex> lock(mu);
   served.erase(tag);
   lost.insert(tag);  // counted in stats (tags_deleted), not a line of errors: a keep-last-N run
@@ -71,147 +71,168 @@ bool View::Folder::is_served(const std::string& tag) const {
 
 std::optional<std::string> View::Folder::latest_tag() const {
   std::lock_guard<std::mutex> lock(mu);
-  return shown_tag && served.count(*shown_tag) ? shown_tag : std::nullopt;
+  return shown_tag_ && served.count(*shown_tag_) ? shown_tag_ : std::nullopt;
 }
 
-View::Folder* View::folder_of(const Inode& dir) const {
+const View::Folder* View::folder_of(const Inode& dir) const {
+  std::vector<uint64_t> up;  // the folder and those above it, read before Growth::mu is taken
+  for (const Inode* n = &dir; n; n = n->ino == Tree::kRoot ? nullptr : tree_.get(n->parent)) up.push_back(n->ino);
   std::lock_guard<std::mutex> lock(growth_->mu);
-  for (const Inode* n = &dir; n; n = n->ino == Tree::kRoot ? nullptr : tree_.get(n->parent))
-    if (auto it = growth_->folders.find(n->ino); it != growth_->folders.end()) return it->second.get();
+  for (uint64_t ino : up)
+    if (auto it = growth_->folders.find(ino); it != growth_->folders.end()) return it->second.get();
   return nullptr;
 }
 
 bool View::refresh(const Inode& dir) const {
-  Folder* f = folder_of(dir);
-  return f && refresh(*f);
+  const Folder* f = folder_of(dir);
+  return f && f->refresh();
 }
 
-bool View::refresh(Folder& f) const {
-  if (opts_.rescan_seconds <= 0 || !f.own_tag.empty() || !opts_.tags.empty() || f.real == opts_.mount_point)
-    return false;
-  std::unique_lock scanning(f.scan_mu, std::try_to_lock);
+bool View::Folder::refresh() const {
+  const ViewOptions& o = view.opts_;
+  if (o.rescan_seconds <= 0 || !own_tag.empty() || !o.tags.empty() || real == o.mount_point) return false;
+  std::unique_lock scanning(scan_mu, std::try_to_lock);
   if (!scanning) return false;  // another request is rescanning; it adds what is new
   const auto now = Clock::now();
-  if (now - f.last_scan < std::chrono::duration<double>(opts_.rescan_seconds)) return false;
-  f.last_scan = now;
+  if (now - last_scan_ < std::chrono::duration<double>(o.rescan_seconds)) return false;
+  last_scan_ = now;
   ds::CheckpointDir dir;
   try {
-    dir = ds::scan_checkpoint(f.real, opts_.mount_point);
+    dir = ds::scan_folder(real, o.mount_point);
   } catch (const Error& e) {
-    if (f.scan_error != e.what()) spdlog::warn("rescan: {}", e.what());  // once, not every second
-    f.scan_error = e.what();
+    if (scan_error_ != e.what()) spdlog::warn("rescan: {}", e.what());  // once, not every second
+    scan_error_ = e.what();
     return false;
   }
-  f.scan_error.clear();
-  for (const auto& [name, why] : dir.refused) f.refuse_entry(name, why);
-  forget_deleted(f, dir.tags);
-  const size_t before = f.tags.size();
-  index_new_tags(f, dir.tags, true);
+  scan_error_.clear();
+  for (const auto& [name, why] : dir.refused) refuse_entry(name, why);
+  forget_deleted(dir.tags);
+  const size_t before = tags.size();
+  index_new_tags(dir.tags, true);
   std::vector<const MountedTag*> added;
-  for (size_t k = before; k < f.tags.size(); ++k) added.push_back(f.tags[k].get());
-  const size_t nodes = tree_.size();
-  tree_.append([&](Tree& tree) {
-    mirror(&f, f.real, f.node);  // new real entries: a Trainer's checkpoint-N/, trainer_state.json
-    show_partial_tags(f, dir.tags);
+  for (size_t k = before; k < tags.size(); ++k) added.push_back(tags[k].get());
+  Tree& tree = view.tree_;
+  const size_t nodes = tree.size();
+  tree.append([&](Tree&) {
+    view.mirror(this, real, node);  // new real entries: a Trainer's checkpoint-N/, trainer_state.json
+    show_partial_tags(dir.tags);
   });
-  show_tags(f, added);
-  if (new_run_folder(f)) tree_.append([&](Tree& tree) { add_run(tree, f); });  // its first checkpoint-N/
-  return !added.empty() || tree_.size() != nodes;
+  show_tags(added);
+  if (new_run_folder()) tree.append([&](Tree& t) { add_run(t); });  // its first checkpoint-N/
+  return !added.empty() || tree.size() != nodes;
 }
 
-void View::forget_deleted(Folder& f, const std::vector<std::string>& present) const {
+void View::Folder::forget_deleted(const std::vector<std::string>& present) const {
   std::vector<const MountedTag*> gone;
-  for (const auto& t : f.tags)
-    if (f.is_served(t->index->tag) && std::find(present.begin(), present.end(), t->index->tag) == present.end())
+  for (const auto& t : tags)
+    if (is_served(t->index->tag) && std::find(present.begin(), present.end(), t->index->tag) == present.end())
       gone.push_back(t.get());
   // Folders below that were deleted with what they hold (a Trainer's checkpoint-N/).
-  std::vector<Folder*> below;
+  Growth& g = *view.growth_;
+  std::vector<const Folder*> below;
   {
-    std::lock_guard<std::mutex> lock(growth_->mu);
-    for (auto& [ino, g] : growth_->folders)
-      if (g->parent == f.node && !fs::exists(g->real)) below.push_back(g.get());
+    std::lock_guard<std::mutex> lock(g.mu);
+    for (const auto& [ino, b] : g.folders)
+      if (b->parent == node) below.push_back(b.get());
   }
-  for (Folder* g : below) {
+  std::erase_if(below, [](const Folder* b) { return ds::is_folder(b->real); });
+  for (const Folder* b : below) {
     // Its tags are read under its scan lock; a folder being rescanned now is seen to next time.
-    std::unique_lock<std::mutex> scanning(g->scan_mu, std::try_to_lock);
-    if (!scanning) continue;
-    std::vector<std::string> none;
-    forget_deleted(*g, none);
+    std::unique_lock<std::mutex> scanning(b->scan_mu, std::try_to_lock);
+    if (scanning) b->forget_deleted({});
   }
   if (gone.empty()) return;
-  tree_.append([&](Tree& tree) {
-    ProviderContext cx = context(tree, f, false);
+  view.tree_.append([&](Tree& tree) {
+    ProviderContext cx = context(tree, false);
     for (const MountedTag* t : gone) {
-      f.lose(t->index->tag);
-      spdlog::info("{}: deleted from the source; no longer served", f.inside(t->index->tag));
+      lose(t->index->tag);
+      spdlog::info("{}: deleted from the source; no longer served", inside(t->index->tag));
       for (const auto& p : providers()) p->drop_tag(cx, *t);
     }
   });
-  std::lock_guard<std::mutex> lock(growth_->mu);
-  growth_->tags_deleted += gone.size();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.tags_deleted += gone.size();
 }
 
-std::optional<std::string> View::follow_latest(Folder& f) const {
-  if (!f.own_tag.empty()) return f.own_tag;
+std::optional<std::string> View::Folder::take_latest(const std::optional<std::string>& text) const {
+  const std::string named = ds::latest_tag(text.value_or(""));
+  std::lock_guard<std::mutex> lock(mu);
+  const bool first = !std::exchange(latest_taken_, true);
+  if (text && served.count(named)) {
+    shown_latest_ = *text;
+    shown_tag_ = named;
+    latest_note.clear();
+  } else if (first) {
+    shown_latest_ = text.value_or("");
+    if (text && !served.empty()) {  // show the newest tag served, never one that is not
+      const std::string newest = *std::max_element(served.begin(), served.end(), ds::tag_order);
+      latest_note =
+          "names " + pt::quoted(named) + ", which is not served; showing " + newest + ", the newest tag served";
+      shown_latest_ = newest;
+      shown_tag_ = newest;
+    } else if (text) {
+      latest_note = "names " + pt::quoted(named) + ", which is not served";
+    }
+  }
+  return text ? std::optional(named) : std::nullopt;
+}
+
+std::optional<std::string> View::Folder::follow_latest() const {
+  if (!own_tag.empty()) return own_tag;
+  const ViewOptions& o = view.opts_;
   std::optional<std::string> now;
   const auto at = Clock::now();
   bool fresh = false;
-  if (opts_.network_source) {  // every read of SRC/latest is a request
-    std::lock_guard<std::mutex> lock(f.mu);
-    fresh = f.read_latest && at - f.read_latest_at < std::chrono::duration<double>(opts_.rescan_seconds);
-    if (fresh) now = f.read_latest;
+  if (o.network_source) {  // every read of SRC/latest is a request
+    std::lock_guard<std::mutex> lock(mu);
+    fresh = read_latest_ && at - read_latest_at_ < std::chrono::duration<double>(o.rescan_seconds);
+    if (fresh) now = read_latest_;
   }
   if (!fresh) {
-    now = ds::read_latest(f.real);
-    if (opts_.network_source) {  // kept for the next look within the rescan period; a local read is cheap
-      std::lock_guard<std::mutex> lock(f.mu);
-      f.read_latest = now;
-      f.read_latest_at = at;
+    now = ds::read_latest(real);
+    if (o.network_source) {  // kept for the next look within the rescan period; a local read is cheap
+      std::lock_guard<std::mutex> lock(mu);
+      read_latest_ = now;
+      read_latest_at_ = at;
     }
   }
-  if (!now) return std::nullopt;
-  const std::string tag = ds::latest_tag(*now);
-  std::lock_guard<std::mutex> lock(f.mu);
-  if (f.served.count(tag)) {
-    f.shown_latest = *now;
-    f.shown_tag = tag;
-    f.latest_note.clear();
-  }
-  return tag;
+  return take_latest(now);
 }
 
-std::string View::latest_text(Folder& f) const {
-  if (!f.own_tag.empty()) return f.own_tag;
+std::string View::Folder::latest_text() const {
+  if (!own_tag.empty()) return own_tag;
   // A latest naming a tag not served yet: the save that rewrote it has most likely just finished.
-  if (const auto tag = follow_latest(f); tag && !f.is_served(*tag) && refresh(f)) follow_latest(f);
-  std::lock_guard<std::mutex> lock(f.mu);
-  return f.shown_latest;
+  if (const auto tag = follow_latest(); tag && !is_served(*tag) && refresh()) follow_latest();
+  std::lock_guard<std::mutex> lock(mu);
+  return shown_latest_;
 }
 
-std::vector<NamedTag> View::served_tags(Folder& f) const {
-  refresh(f);
+std::vector<NamedTag> View::Folder::served_tags() const {
+  refresh();
+  const bool network = view.opts_.network_source;
   std::vector<NamedTag> out;
-  const auto own = [&](Folder& g, const std::string& prefix) {
+  const auto own = [&](const Folder& g, const std::string& prefix) {
     std::lock_guard<std::mutex> scanning(g.scan_mu);  // what is indexed is appended under it
     // A tag folder deleted since the last rescan (a keep-last-N cleanup) is left out at once; on a
     // network source, where that look is a request per tag, at the next rescan.
     for (const auto& t : g.tags)
-      if (g.is_served(t->index->tag) && (opts_.network_source || fs::exists(t->index->dir)))
+      if (g.is_served(t->index->tag) && (network || ds::is_folder(t->index->dir)))
         out.push_back({prefix + t->index->tag, t.get()});
   };
-  own(f, "");
-  if (out.empty() && f.run) {
-    const Inode& dir = *tree_.get(f.node);
-    for (uint64_t k = 0; const Inode* n = tree_.listed_child(dir, k); ++k) {
+  own(*this, "");
+  if (out.empty() && run) {
+    const Tree& tree = view.tree_;
+    const Inode& dir = *tree.get(node);
+    for (uint64_t k = 0; const Inode* n = tree.listed_child(dir, k); ++k) {
       if (!n->is_dir() || n->folder().real.empty() || n->folder().plain || n->made_by) continue;
-      fill(*n);
-      Folder* below = nullptr;
+      view.fill(*n);
+      const Folder* below = nullptr;
       {
-        std::lock_guard<std::mutex> lock(growth_->mu);
-        if (auto it = growth_->folders.find(n->ino); it != growth_->folders.end()) below = it->second.get();
+        std::lock_guard<std::mutex> lock(view.growth_->mu);
+        if (auto it = view.growth_->folders.find(n->ino); it != view.growth_->folders.end()) below = it->second.get();
       }
       if (!below) continue;
-      refresh(*below);
+      below->refresh();
       own(*below, n->name + "/");
     }
   }
@@ -288,15 +309,16 @@ std::string View::stats_text(const Caller& who) const {
     refused += size_t(
         std::count_if(f->errors.begin(), f->errors.end(), [&](const TagError& e) { return !f->lost.count(e.tag); }));
   }
+  const size_t inodes = tree_.size();  // the tree is read before Growth::mu (growth.h)
   std::lock_guard<std::mutex> lock(g.mu);
   uint64_t requests = 0;
   for (const auto& [reader, c] : g.readers) requests += c->requests.load(std::memory_order_relaxed);
   std::string s = "tags_served " + std::to_string(served) + "\ntags_refused " + std::to_string(refused) +
                   "\ntags_after_mount " + std::to_string(g.tags_after_mount) + "\ntags_deleted " +
                   std::to_string(g.tags_deleted) + "\nbytes_from_shards " + std::to_string(files_.bytes_read()) +
-                  "\nrequests " + std::to_string(requests) + "\ninodes " + std::to_string(tree_.size()) +
-                  "\nplans_kept " + std::to_string(plan_weight().entries.load(std::memory_order_relaxed)) +
-                  "\nplan_bytes " + std::to_string(plan_weight().bytes.load(std::memory_order_relaxed)) + "\n";
+                  "\nrequests " + std::to_string(requests) + "\ninodes " + std::to_string(inodes) + "\nplans_kept " +
+                  std::to_string(plan_weight().entries.load(std::memory_order_relaxed)) + "\nplan_bytes " +
+                  std::to_string(plan_weight().bytes.load(std::memory_order_relaxed)) + "\n";
   for (const auto& [reader, c] : g.readers)  // another user's processes are theirs to know
     if (const uint64_t bytes = c->bytes.load(std::memory_order_relaxed);
         bytes && (who.uid == 0 || reader.first == who.uid))

@@ -6,23 +6,26 @@
 //
 // Lock order (as EdenFS's InodeLocks.md writes it down): a thread takes these only downward, never
 // one above a lock it holds. Each line says what may be taken while holding it.
-//   Growth::fill_mu      one fill at a time. Under it: Folder::scan_mu, Tree::mu_ (append),
-//                        Growth::mu, Folder::mu.
-//   Folder::scan_mu      one rescan (or fill) of a folder: indexing, then appending. Under it:
-//                        Tree::mu_ (exclusive, Tree::append), Growth::mu, Folder::mu, and what
-//                        indexing takes (the index cache's files; no view lock).
-//   Tree::mu_            the tree (shared for lookups, exclusive for appends and LazyDir::make).
-//                        Under it, exclusive: Folder::mu (is_tag, refuse_entry), Growth::mu,
-//                        a LazyDir's plans (Memo::mu_, then the plan's own work: the shared
-//                        source of layout_files.cpp, FileTable). Never scan_mu or fill_mu: a
-//                        lookup does not rescan under the tree's lock (View::refresh runs first).
-//   Growth::mu           the folder map, counters, readers. Under it: nothing but Folder::mu
-//                        in stats_text/errors_text (one at a time).
-//   Folder::mu           a folder's tag sets and latest. A leaf.
-//   View::cache_mu_, FileTable::table_mu_ then FileTable::mu_, Memo::mu_: leaves (Memo's is let
-//                        go before its value is computed).
-// tests/unit/view_test.cpp's Concurrency cases run rescans, listings and lookups at once under
-// ThreadSanitizer in CI.
+//   Growth::fill_mu    one fill at a time (View::fill). Under it: the new folder's scan_mu (before
+//                      anyone else sees the folder), then what scan_mu allows.
+//   Folder::scan_mu    one rescan or fill of a folder (Folder::refresh, Folder::fill): scanning,
+//                      indexing, appending. Under it: a folder below's scan_mu by try_lock only
+//                      (forget_deleted), Tree::mu_ (exclusive: Tree::append), Growth::mu, Folder::mu,
+//                      the leaves, and what indexing takes (the index cache's files; no view lock).
+//   Tree::mu_          the tree: shared for lookups, exclusive for appends and LazyDir::make (the
+//                      holding thread's own lookups do not lock again). Under it, exclusive:
+//                      Folder::mu (is_tag, refuse_entry, take_latest), Growth::mu, a LazyDir's plans
+//                      (Memo::mu_, then the plan's own work: FileTable), the leaves. Never fill_mu or
+//                      scan_mu: a lookup rescans (View::refresh) before it locks the tree.
+//   Growth::mu         the folder map, counters, readers. Under it: Folder::mu in stats_text and
+//                      errors_text (one at a time), nothing else (folder_of reads the tree first).
+//   Folder::mu         a folder's tag sets, errors and `latest`. Under it: nothing.
+//   Memo::mu_ (View::built_, the plans), FileTable::table_mu_ then FileTable::mu_, ds::open_dir's
+//                      cache: leaves (a Memo's is let go before its value is computed, a build
+//                      taking what it takes outside it; the folder cache's before a folder is opened).
+// tests/unit/live_test.cpp's LiveFolderConcurrency cases run rescans during listings and lookups,
+// and deep_test.cpp's DeepConcurrency fills a deep chain from many threads, under ThreadSanitizer
+// in CI.
 #include <chrono>
 #include <map>
 #include <memory>
@@ -39,60 +42,106 @@ namespace zm::view {
 using Clock = std::chrono::steady_clock;
 
 // A filled real folder of SRC that is not a tag folder. Once it holds a served tag it is a
-// checkpoint folder: providers put their made-up entries beside its tags.
-struct View::Folder final : CheckpointFolder {
-  const View* view = nullptr;
-  uint64_t node = 0;
-  std::string real;     // absolute
-  std::string rel;      // inside the mount: "" for SRC, else "run/checkpoint-2"
-  std::string own_tag;  // SRC is itself a tag folder: its name (shown inside the root)
-  uint64_t parent = 0;  // the folder record above, by inode; 0 for the root
+// checkpoint folder: providers put their made-up entries beside its tags. It fills, rescans and
+// follows its own source through the View it belongs to (the tree, the file table, the options,
+// the folder map: `view`), which outlives it.
+//
+// Its reads are const, as CheckpointFolder's are to providers, but a read follows the source (a
+// rescan, `latest` followed): what it learns is `mutable`, each member under the lock named.
+class View::Folder final : public CheckpointFolder {
+ public:
+  Folder(const View& view, uint64_t node, std::string real, std::string rel, uint64_t parent)
+      : view(view), node(node), real(std::move(real)), rel(std::move(rel)), parent(parent) {}
 
-  // Appended under scan_mu (or at the fill, before anyone else sees the folder); never removed.
-  std::vector<std::unique_ptr<ds::TagIndex>> indexes;
-  std::vector<std::unique_ptr<MountedTag>> tags;
-  bool built = false;  // providers have made this folder's entries (it had a served tag)
-  bool run = false;    // no tags of its own, checkpoint folders below: providers made its run entries
-  std::mutex scan_mu;  // one rescan of this folder at a time
-  Clock::time_point last_scan;
-  std::string scan_error;                       // why the last rescan failed, logged once
-  std::map<std::string, std::string> attempts;  // tag -> fingerprint of its folder when it last failed
+  const View& view;
+  const uint64_t node;
+  const std::string real;  // absolute
+  const std::string rel;   // inside the mount: "" for SRC, else "run/checkpoint-2"
+  const uint64_t parent;   // the folder record above, by inode; 0 for the root
+  std::string own_tag;     // SRC is itself a tag folder: its name (set before the folder is shared)
 
-  mutable std::mutex mu;  // everything below
-  std::set<std::string> served;
-  std::set<std::string> known;  // every tag folder seen, served or not
-  std::set<std::string> lost;   // served, then deleted from the source: never served again
-  std::vector<TagError> errors;
-  std::string shown_latest;              // what `latest` shows
-  std::optional<std::string> shown_tag;  // the tag it names, once that tag is served
-  std::string latest_note;               // why `latest` does not show the source's text, if it does not
-  // A network source's `latest` is read at most every rescan period: the last text read, and when.
-  std::optional<std::string> read_latest;
-  Clock::time_point read_latest_at;
-  // Made-up entries not served, and why (refuse_entry): written by providers through a const
-  // CheckpointFolder, so mutable, under mu like the rest.
-  mutable std::map<std::string, std::string> refused_entries;
-
+  // CheckpointFolder.
   uint64_t ino() const override { return node; }
   const std::string& path() const override { return real; }
   std::string mount_path() const override { return "/" + rel; }
-  // The View updates what a folder shows as it is asked (a rescan, `latest` followed): the
-  // CheckpointFolder interface is const to providers, the record itself is the View's to change.
-  std::string latest_text() const override { return view->latest_text(const_cast<Folder&>(*this)); }
-  std::vector<NamedTag> served_tags() const override { return view->served_tags(const_cast<Folder&>(*this)); }
+  std::string latest_text() const override;
+  std::vector<NamedTag> served_tags() const override;
   std::optional<std::string> latest_tag() const override;
   bool is_tag(const std::string& name) const override;
-  bool is_served(const std::string& tag) const;
   void refuse_entry(const std::string& entry, const std::string& reason) const override;
+
+  // Its first fill (fill.cpp), under Growth::fill_mu, once the View has published it: indexes the
+  // tags `scan` found, then shows its real entries and every provider's entries beside the tags.
+  void fill(const ds::CheckpointDir& scan) const;
+  // View::refresh for this folder (growth.cpp): at most once per rescan period, never waiting for
+  // another thread's rescan. True if anything was added.
+  bool refresh() const;
+  bool is_served(const std::string& tag) const;
+  // Its `latest`: a live file showing latest_text() (under Tree::append; View::mirror).
+  uint64_t add_latest(Tree& tree, struct timespec mtime) const;
   // The tag's path inside the mount, as errors name it.
   std::string inside(const std::string& tag) const { return rel.empty() ? tag : rel + "/" + tag; }
+
+  // Appended under scan_mu (or at the fill, before anyone else sees the folder); never removed.
+  mutable std::vector<std::unique_ptr<ds::TagIndex>> indexes;
+  mutable std::vector<std::unique_ptr<MountedTag>> tags;
+  mutable bool built = false;  // providers have made this folder's entries (it had a served tag)
+  mutable bool run = false;    // no tags of its own, checkpoint folders below: providers made its run entries
+  mutable std::mutex scan_mu;  // one rescan (or the fill) of this folder at a time
+
+  mutable std::mutex mu;  // everything below
+  mutable std::set<std::string> served;
+  mutable std::set<std::string> known;  // every tag folder seen, served or not
+  mutable std::set<std::string> lost;   // served, then deleted from the source: never served again
+  mutable std::vector<TagError> errors;
+  mutable std::string latest_note;  // why `latest` does not show the source's text, if it does not
+  // Made-up entries not served, and why (refuse_entry).
+  mutable std::map<std::string, std::string> refused_entries;
+
+ private:
+  // Under scan_mu.
+  mutable Clock::time_point last_scan_;
+  mutable std::string scan_error_;                       // why the last rescan failed, logged once
+  mutable std::map<std::string, std::string> attempts_;  // tag -> fingerprint of its folder when it last failed
+  // Under mu.
+  mutable bool latest_taken_ = false;             // take_latest has run once (the fill)
+  mutable std::string shown_latest_;              // what `latest` shows
+  mutable std::optional<std::string> shown_tag_;  // the tag it names, once that tag is served
+  // A network source's `latest` is read at most every rescan period: the last text read, and when.
+  mutable std::optional<std::string> read_latest_;
+  mutable Clock::time_point read_latest_at_;
+
+  // Indexes one tag folder and registers its shards; throws zm::Error when it cannot be indexed.
+  const MountedTag& add_tag(const std::string& tag, bool* cache_hit) const;
+  // Indexes the tags that are not served, each once per change of its folder. True if any was added.
+  bool index_new_tags(const std::vector<std::string>& tags, bool after_mount) const;
+  // Tag folders that do not index (yet): their real files, new ones included, in growing folders
+  // (under Tree::append).
+  void show_partial_tags(const std::vector<std::string>& tags) const;
+  // Shows tags indexed after the fill: their real folder, then every provider's entries.
+  void show_tags(const std::vector<const MountedTag*>& tags) const;
+  // Served tags (here and in the folders below) whose folder is gone: lost (see lose).
+  void forget_deleted(const std::vector<std::string>& present) const;
+  // What `latest` shows, given the source's text (nothing: no `latest` DeepSpeed wrote): the text
+  // while it names a served tag. The first time (the fill), a text naming no served tag shows the
+  // newest served tag instead, with a note; later, the last text that named one stays (a save in
+  // progress is never named). Returns the tag the text names.
+  std::optional<std::string> take_latest(const std::optional<std::string>& text) const;
+  // Reads the source's `latest` (on a network source, at most once per rescan period) and takes it.
+  std::optional<std::string> follow_latest() const;
+  // Whether, holding no tags, it is a run folder not shown as one yet (lists folders: call it
+  // outside Tree::append).
+  bool new_run_folder() const;
+  // Shows it as a run folder: every provider's run entries (under Tree::append).
+  void add_run(Tree& tree) const;
+  ProviderContext context(Tree& tree, bool building) const;
   // Why `tag` is not served (an earlier reason for it replaced), and the folder listing that
-  // failed, so that it is tried again only once the folder changes.
-  void refuse(const std::string& tag, const std::string& reason, std::string folder_fingerprint);
-  // `tag` indexed: served, and off the error list.
-  void serve(const std::string& tag);
-  // `tag`, served before, is gone from the source: no longer served, one line in errors.
-  void lose(const std::string& tag);
+  // failed, so that it is tried again only once the folder changes (under scan_mu).
+  void refuse(const std::string& tag, const std::string& reason, std::string folder_fingerprint) const;
+  // `tag` indexed: served, and off the error list (under scan_mu).
+  void serve(const std::string& tag) const;
+  // `tag`, served before, is gone from the source: no longer served, counted in stats.
+  void lose(const std::string& tag) const;
 };
 
 struct View::Growth {

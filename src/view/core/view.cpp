@@ -18,7 +18,10 @@ namespace zm::view {
 namespace fs = std::filesystem;
 
 View::View(const ViewOptions& opts, struct timespec mtime)
-    : opts_(opts), tree_(mtime), growth_(std::make_unique<Growth>()) {}
+    : opts_(opts),
+      tree_(mtime),
+      growth_(std::make_unique<Growth>()),
+      built_(opts.cache_bytes, [](const pt::VirtualFile& f) { return uint64_t(f.memory_bytes()); }) {}
 
 View::~View() = default;
 
@@ -165,37 +168,23 @@ std::shared_ptr<const pt::VirtualFile> View::content(const Inode& n, const Calle
   const FileData& f = n.file();
   if (f.build_for) return std::make_shared<const pt::VirtualFile>(f.build_for(who));
   if (f.live) return std::make_shared<const pt::VirtualFile>(f.build());  // never cached: it follows SRC
-  {
-    std::lock_guard<std::mutex> lock(cache_mu_);
-    auto it = cached_.find(n.ino);
-    if (it != cached_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
-    }
-  }
-  auto built = std::make_shared<const pt::VirtualFile>(f.build());
-  const uint64_t known = f.size.load(std::memory_order_relaxed);
-  if (known == Inode::kUnknown)
-    f.size.store(built->size(), std::memory_order_relaxed);
-  else if (known != built->size())
-    throw Error(describe(n) + ": size changed from " + std::to_string(known) + " to " + std::to_string(built->size()),
-                EIO);
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  if (cached_.count(n.ino)) return built;  // another thread built it too; theirs is cached
-  lru_.emplace_front(n.ino, built);
-  cached_.emplace(n.ino, lru_.begin());
-  cached_bytes_ += built->memory_bytes();
-  while (cached_bytes_ > opts_.cache_bytes && lru_.size() > 1) {
-    cached_bytes_ -= lru_.back().second->memory_bytes();
-    cached_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
-  return built;
+  return built_.get(n.ino, [&] {
+    auto built = std::make_shared<const pt::VirtualFile>(f.build());
+    const uint64_t known = f.size.load(std::memory_order_relaxed);
+    if (known == Inode::kUnknown)
+      f.size.store(built->size(), std::memory_order_relaxed);
+    else if (known != built->size())  // thrown to every reader waiting, and not kept
+      throw Error(describe(n) + ": size changed from " + std::to_string(known) + " to " + std::to_string(built->size()),
+                  EIO);
+    return built;
+  });
 }
 
 std::string View::describe(const Inode& n) const {
+  std::vector<const std::string*> names;  // nearest first: joined once, at any depth
+  for (const Inode* p = &n; p && p->ino != Tree::kRoot; p = tree_.get(p->parent)) names.push_back(&p->name);
   std::string path;
-  for (const Inode* p = &n; p && p->ino != Tree::kRoot; p = tree_.get(p->parent)) path = "/" + p->name + path;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) path += "/" + **it;
   return path.empty() ? "/" : path;
 }
 
