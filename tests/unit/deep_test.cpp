@@ -123,33 +123,22 @@ TEST(SourceDir, AFolderReplacedAtItsPathIsTheNewOne) {
   fs::remove_all(root);
 }
 
-// Walks a chain of one-letter folders in the view, timing each level's first lookup (which fills
-// the folder above it). A fill by full paths costs O(depth) (realpath: O(depth^2)) per level.
-TEST(Deep, AFolderCostsTheSameAtAnyDepth) {
+// Walks a chain of 1,500 one-letter folders in the view, each level's first lookup filling the
+// folder above it, down to the file at the bottom. What a level costs at depth is a benchmark,
+// never a timed assertion here: bench/deep.py measures the daemon's CPU per walk.
+TEST(Deep, AChainOf1500FoldersIsWalkedToItsBottom) {
   const Chain c(1500, "d");
   view::ViewOptions o;
   auto v = view::View::load(c.root, o);
-  std::vector<double> took;
   const view::Inode* n = v->tree().get(view::Tree::kRoot);
   for (int k = 0; k < c.depth; ++k) {
-    const auto t0 = std::chrono::steady_clock::now();
     n = v->lookup(n->ino, "d");
-    took.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     ASSERT_NE(n, nullptr) << "depth " << k + 1;
     ASSERT_TRUE(n->is_dir());
   }
   const view::Inode* bottom = v->lookup(n->ino, "bottom");
   ASSERT_NE(bottom, nullptr);
   EXPECT_EQ(test::content_of(*v, *bottom), "the bottom\n");
-  // Medians, so that a thread preempted now and then on a loaded machine does not count.
-  const auto median = [](std::vector<double> t) {
-    std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
-    return t[t.size() / 2];
-  };
-  const double shallow = median({took.begin() + 100, took.begin() + 300});
-  const double deep = median({took.end() - 200, took.end()});
-  EXPECT_LT(deep, 4 * shallow + 20e-6) << "a fill at depth ~1400 took " << deep * 1e6 << " us, at ~200 "
-                                       << shallow * 1e6 << " us";
 }
 
 TEST(Deep, AnEntryPastPathMaxIsNotShownAndTheRestIs) {
