@@ -31,8 +31,8 @@ uint64_t hash_range(const File& file, uint64_t offset, uint64_t n) {
 namespace {
 
 // A file opened as far as its pickle: its zip directory read, data.pkl and version found, and the
-// pickle's bytes read when `read_pickle` (a file opened like another needs only their hash, and
-// that only when their size is the other's).
+// pickle's bytes read, unless the file is opened `like` another: then only their hash is taken,
+// and only when their size is the other's.
 struct Opened {
   std::unique_ptr<PtFile> pt;
   std::unique_ptr<ZipReader> zip;  // reads pt->file
