@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
@@ -45,6 +46,53 @@ std::vector<pt::Extent> plain_bytes(const ExtentMap& map, const PlainTensor& p, 
 
 }  // namespace
 
+std::shared_ptr<const ModelSkeleton> model_skeleton(const TagIndex& ix, const std::vector<PlainTensor>& frozen,
+                                                    const Node* model_root) {
+  auto sk = std::make_shared<ModelSkeleton>();
+  const Node* module = model_root ? model_root->get("module") : nullptr;
+  if (!module || module->kind != Kind::Dict) {
+    sk->refusal = "it has no 'module' state dict to present";
+  } else {
+    // The names a module entry may have; each key is kept as a view of the index's own string.
+    std::unordered_set<std::string_view> known;
+    for (const Param& p : ix.params) known.insert(p.name);
+    for (const PlainTensor& f : frozen) known.insert(f.name);
+    for (const PlainTensor& b : ix.buffers) known.insert(b.name);
+    for (const auto& [alias, canonical] : ix.shared) known.insert(alias);
+    sk->module_keys.reserve(module->entries.size());
+    for (const auto& [k, v] : module->entries) {
+      auto it = k->kind == Kind::Str ? known.find(k->s) : known.end();
+      if (it == known.end()) {
+        sk->refusal = "module entry '" + (k->kind == Kind::Str ? k->s : pt::repr(k)) +
+                      "' is none of the parameters, frozen parameters and buffers the index holds" +
+                      (ix.parallel() ? " (frozen parameters and buffers of parallel sources are not indexed)" : "");
+        break;
+      }
+      sk->module_keys.push_back(*it);
+    }
+  }
+  if (!sk->refusal.empty()) sk->module_keys = {};
+  pt::Copier copy(sk->arena);
+  if (module) sk->module_metadata = module->state ? copy(module->state) : nullptr;
+  // The values model_states_pickle remakes are not copied: 'module' and param_shapes hold one
+  // entry per parameter.
+  static const std::unordered_set<std::string_view> remade = {"module", "param_shapes", "frozen_param_shapes",
+                                                              "frozen_param_fragments"};
+  Node* root = build::dict(sk->arena);
+  if (model_root)
+    for (const auto& [k, v] : model_root->entries) {
+      const bool skip = k->kind == Kind::Str && remade.count(k->s);
+      root->entries.emplace_back(copy(k), skip ? build::none(sk->arena) : copy(v));
+    }
+  sk->root = root;
+  return sk;
+}
+
+uint64_t ModelSkeleton::bytes() const {
+  return sizeof(*this) + module_keys.capacity() * sizeof(std::string_view) + arena.size() * sizeof(Node) +
+         refusal.capacity();
+}
+
 pt::DType lp_dtype(Precision p) {
   return p == Precision::Fp32 ? pt::DType::F32 : p == Precision::Bf16 ? pt::DType::BF16 : pt::DType::F16;
 }
@@ -60,7 +108,7 @@ const Node* model_states_pickle(pt::Arena& a, const ModelSource& src, uint32_t r
   // Module tensors by name: trainable ones view one lp storage per group (zero1/2, bf16opt), or
   // are empty (zero3); frozen ones are cast to lp; buffers are verbatim. The storage is the lp copy
   // of the masters, which sit in param order; with round robin the views are in flat order.
-  std::unordered_map<std::string, const Node*> module_tensors;
+  std::unordered_map<std::string_view, const Node*> module_tensors;  // views of the index's names
   for (const FlatGroup& g : plan.groups) {
     pt::Tensor base;
     base.dtype = lp;
@@ -94,7 +142,6 @@ const Node* model_states_pickle(pt::Arena& a, const ModelSource& src, uint32_t r
   };
   if (zero3)
     for (const Param& p : ix.params) module_tensors[p.name] = empty();
-  std::unordered_map<std::string, const Node*> frozen_full;  // zero1/2/bf16opt: lp, full shape
   Node* frozen_fragments = ordered_dict(a);
   Node* frozen_shapes = ordered_dict(a);
   for (const PlainTensor& f : src.frozen) {
@@ -117,7 +164,7 @@ const Node* model_states_pickle(pt::Arena& a, const ModelSource& src, uint32_t r
     t.shape = f.shape;
     Fill{t}.values(plain_bytes(src.map, f, 0, n * es), f.dtype, n);
     const Node* node = a.make_tensor_node(std::move(t));
-    module_tensors[f.name] = frozen_full[f.name] = node;
+    module_tensors[f.name] = node;
     add(frozen_fragments, a, f.name.c_str(), node);  // zero2 shares the module's storage
   }
   // Each ZeRO-3 rank keeps its own buffers: at the source's DP size rank r gets rank r's; at any
@@ -133,16 +180,17 @@ const Node* model_states_pickle(pt::Arena& a, const ModelSource& src, uint32_t r
   for (const auto& [alias, canonical] : ix.shared)
     if (auto it = module_tensors.find(canonical); it != module_tensors.end()) module_tensors[alias] = it->second;
 
-  const Node* src_module = src.model_root->get("module");  // check_module() said it holds only these
+  const ModelSkeleton& skeleton = src.source;  // its module holds only the names above
   Node* module = ordered_dict(a);
-  module->state = src_module->state;  // _metadata
-  for (const auto& [k, v] : src_module->entries) {
-    auto it = k->kind == Kind::Str ? module_tensors.find(k->s) : module_tensors.end();
+  module->state = skeleton.module_metadata;
+  module->entries.reserve(skeleton.module_keys.size());
+  for (std::string_view name : skeleton.module_keys) {
+    auto it = module_tensors.find(name);
     if (it == module_tensors.end())
-      throw Error(ix.model_files.at(0) + ": module entry '" + k->s +
+      throw Error(ix.model_files.at(0) + ": module entry '" + std::string(name) +
                       "' is neither a parameter, a frozen parameter nor a buffer of the index",
                   EIO);
-    module->entries.emplace_back(k, it->second);
+    module->entries.emplace_back(a.make_str(std::string(name)), it->second);
   }
 
   Node* shapes = build::list(a, {});
@@ -159,7 +207,7 @@ const Node* model_states_pickle(pt::Arena& a, const ModelSource& src, uint32_t r
   add(parallel_dimensions, a, "tp_degree", a.make_int(1));
   const bool keeps_frozen = tg.stage == TargetStage::Zero2 || zero3;
   Node* root = build::dict(a);
-  for (const auto& [k, v] : src.model_root->entries) {
+  for (const auto& [k, v] : skeleton.root->entries) {
     const std::string_view key = k->kind == Kind::Str ? std::string_view(k->s) : std::string_view();
     const Node* out = v;
     if (key == "module")

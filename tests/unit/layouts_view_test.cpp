@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "helpers.h"
 #include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
+#include "zeromount/ds/model_file.h"
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/export.h"
@@ -358,6 +360,45 @@ TEST(LayoutsView, PlansOfOneTagShareOneDecodedSource) {
     EXPECT_FALSE(listing(*v, *dir).empty());
   }
   EXPECT_EQ(view::layout_source_decodes() - before, 1u) << "8 plans, one decoded source";
+}
+
+// The plans keep a skeleton of the source's model-state pickle, not the decoded tree: every key
+// of the root in order, the module's names in order (views of the index's), its _metadata, and
+// none of the per-parameter values the target remakes.
+TEST(LayoutsView, ASkeletonKeepsTheModulesNamesNotItsTensors) {
+  const auto ix = ds::index_tag(kFixtures + "/z3_ws2_fp32_pg2/checkpoint/" + kTag);
+  const auto decoded = pt::load_pt(ix->model_files.at(0));
+  const auto sk = ds::model_skeleton(*ix, ix->frozen, decoded->root);
+  EXPECT_EQ(sk->refusal, "");
+  const Node* module = decoded->root->get("module");
+  ASSERT_NE(module, nullptr);
+  ASSERT_EQ(sk->module_keys.size(), module->entries.size());
+  for (size_t k = 0; k < module->entries.size(); ++k) EXPECT_EQ(sk->module_keys[k], module->entries[k].first->s);
+  ASSERT_NE(sk->module_metadata, nullptr) << "the module's _metadata is kept";
+  EXPECT_EQ(pt::repr(sk->module_metadata, 8), pt::repr(module->state, 8));
+  ASSERT_EQ(sk->root->entries.size(), decoded->root->entries.size());
+  for (size_t k = 0; k < sk->root->entries.size(); ++k) {
+    const std::string key = sk->root->entries[k].first->s;
+    EXPECT_EQ(key, decoded->root->entries[k].first->s);
+    const Node* value = sk->root->entries[k].second;
+    if (key == "module" || key == "param_shapes" || key.starts_with("frozen_param_"))
+      EXPECT_EQ(value->kind, Kind::None) << key << " is remade by the target, not kept";
+    else
+      EXPECT_EQ(pt::repr(value, 8), pt::repr(decoded->root->entries[k].second, 8)) << key;
+  }
+  std::set<const char*> index_names;  // a kept name is the index's own string, not a copy
+  for (const auto& p : ix->params) index_names.insert(p.name.data());
+  for (const auto& b : ix->buffers) index_names.insert(b.name.data());
+  for (const auto& f : ix->frozen) index_names.insert(f.name.data());
+  for (const auto& [alias, canonical] : ix->shared) index_names.insert(alias.data());
+  for (std::string_view name : sk->module_keys) EXPECT_TRUE(index_names.count(name.data())) << name;
+
+  Node* odd = const_cast<Node*>(module);  // a module entry no target can present refuses them all
+  pt::Arena a;
+  odd->entries.emplace_back(a.make_str("not.in.the.index"), a.make_int(1));
+  const auto refused = ds::model_skeleton(*ix, ix->frozen, decoded->root);
+  EXPECT_NE(refused->refusal.find("'not.in.the.index'"), std::string::npos) << refused->refusal;
+  EXPECT_TRUE(refused->module_keys.empty());
 }
 
 TEST(LayoutsView, NamesListingAndPresets) {

@@ -4,6 +4,9 @@
 // at a target layout [layouts §2.1], typed from the index. ds/optim_file.h's twin; the view
 // turns the tree into a file.
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "zeromount/ds/optim_file.h"
@@ -13,13 +16,32 @@
 
 namespace zm::ds {
 
+// What a target's model-state files take from the source's model-state pickle, kept in place of
+// the decoded pickle: every key but those the target remakes, and the module's key order. The
+// decoded pickle of a 20,000-parameter ZeRO-3 tag holds a tensor, a name and a shape per
+// parameter (about 90 MiB); this holds a view of each name (bench/plans.py).
+struct ModelSkeleton {
+  pt::Arena arena;                            // owns root and module_metadata
+  const pt::Node* root = nullptr;             // the source's keys in order; the values the target remakes
+                                              // ('module', param_shapes, frozen_param_*) are None
+  const pt::Node* module_metadata = nullptr;  // the module dict's BUILD state (_metadata), or null
+  std::vector<std::string_view> module_keys;  // the module's keys in order, views of the index's names
+  // Why no target can present this source (an entry of 'module' the index does not know, or no
+  // 'module' at all); empty when every target can.
+  std::string refusal;
+  uint64_t bytes() const;  // what it keeps beyond the index, roughly
+};
+
+// The skeleton of `model_root`, the tag's decoded model-state pickle, which may be let go after.
+// `frozen` is the frozen parameters the target's module holds (they may be module entries).
+std::shared_ptr<const ModelSkeleton> model_skeleton(const TagIndex& index, const std::vector<PlainTensor>& frozen,
+                                                    const pt::Node* model_root);
+
 // What a model-state file of the target is made from.
 struct ModelSource {
   const TagIndex& index;
   const PartitionPlan& plan;
-  // The source's model-state pickle: every key is copied, the ones above made for the target. Its
-  // 'module' must hold only the index's parameters, frozen parameters, buffers and tied aliases.
-  const pt::Node* model_root;
+  const ModelSkeleton& source;             // its refusal is empty
   const std::vector<PlainTensor>& frozen;  // in the source's stored dtype, full
   ExtentMap map;
 };

@@ -2,18 +2,14 @@
 // ([layouts §2] lists every key, in order).
 #include "zeromount/view/files/layout_files.h"
 
-#include "zeromount/view/memo.h"
-
-#include <atomic>
-#include <map>
-#include <mutex>
-
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "zeromount/ds/model_file.h"
@@ -24,8 +20,10 @@
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/pt_file.h"
 #include "zeromount/pt/pt_writer.h"
 #include "zeromount/pt/value.h"
+#include "zeromount/view/memo.h"
 #include "zeromount/view/mounted_tag.h"
 
 // The pieces the faked layout files are made of: tensors assembled from source extents, zero fill and
@@ -47,24 +45,34 @@ std::string optim_prefix(const ds::TargetLayout& t) {
   return t.stage == ds::TargetStage::Bf16Opt || t.precision == ds::Precision::Bf16 ? "bf16_" : "";
 }
 
-// A tag's decoded model-state pickle, one per tag however many of its targets have plans: the
-// plans share it, and it is let go with the last of them (8 plans of a 20,000-parameter tag
-// holding 8 decoded copies took 90 MiB each). The map holds only weak references, one per tag.
+// Stage 1/2 and BF16_Optimizer sources keep every frozen param in 'module' (stage 1 and BF16
+// have no frozen_param_fragments); stage 3 only in its fragments. The index's own list: a plan
+// keeps no copy.
+const std::vector<ds::PlainTensor>& frozen_of(const ds::TagIndex& ix) {
+  return ix.stage == 3 || ix.module_frozen.empty() ? ix.frozen : ix.module_frozen;
+}
+
+// The skeleton of a tag's model-state pickle, one per tag however many of its targets have plans:
+// the plans share it, and it is let go with the last of them. The decoded pickle itself is let go
+// once the skeleton is made (8 plans of a 20,000-parameter tag holding 8 decoded copies took 90
+// MiB each; one shared copy still took 93). The map holds only weak references, one per tag.
 std::atomic<uint64_t> g_decodes{0};
 
-std::shared_ptr<const pt::PtFile> shared_source(const MountedTag& tag) {
+std::shared_ptr<const ds::ModelSkeleton> shared_source(const MountedTag& tag) {
   static std::mutex mu;
-  static std::map<const MountedTag*, std::weak_ptr<const pt::PtFile>> decoded;
+  static std::map<const MountedTag*, std::weak_ptr<const ds::ModelSkeleton>> made;
   std::lock_guard<std::mutex> lock(mu);  // plans are made one at a time anyway (the tree's lock)
-  std::weak_ptr<const pt::PtFile>& slot = decoded[&tag];
+  std::weak_ptr<const ds::ModelSkeleton>& slot = made[&tag];
   if (auto kept = slot.lock()) return kept;
-  std::shared_ptr<pt::PtFile> made = pt::load_pt(tag.index->model_files.at(0));
-  // Its bytes are read through the view's file table: the descriptor is not kept open with the tree.
-  made->file = pt::File();
+  std::shared_ptr<const ds::ModelSkeleton> skeleton;
+  {
+    const std::shared_ptr<const pt::PtFile> decoded = pt::load_pt(tag.index->model_files.at(0));
+    skeleton = ds::model_skeleton(*tag.index, frozen_of(*tag.index), decoded->root);
+  }
   g_decodes.fetch_add(1, std::memory_order_relaxed);
-  slot = made;
-  std::erase_if(decoded, [](const auto& e) { return e.second.expired(); });  // tags whose plans are gone
-  return made;
+  slot = skeleton;
+  std::erase_if(made, [](const auto& e) { return e.second.expired(); });  // tags whose plans are gone
+  return skeleton;
 }
 
 }  // namespace
@@ -77,60 +85,37 @@ LayoutTag::LayoutTag(const MountedTag& tag, const ds::TargetLayout& target)
     : tag_(tag),
       options_(ds::source_options(*tag.index, source_model().root)),
       plan_(ds::plan_partitions(*tag.index, target, options_)) {
-  for (size_t k = 0; k < tag.index->params.size(); ++k) by_name_.emplace(tag.index->params[k].name, k);
   check_module();
 }
 
 // Every entry of the source's 'module' must be one the fake can present: a trainable parameter,
-// a frozen one, a buffer or a tied alias of the index. Checked before the target is served, so
-// that a target is made whole or refused, never served with files that fail to build.
+// a frozen one, a buffer or a tied alias of the index (ds::model_skeleton checks). Checked before
+// the target is served, so that a target is made whole or refused, never served with files that
+// fail to build.
 void LayoutTag::check_module() const {
-  const ds::TagIndex& ix = *tag_.index;
-  const Node* module = source_model().root->get("module");
-  auto refuse = [&](const std::string& why) {
-    throw Error(ix.model_files.at(0) + ": cannot present as " + ds::target_name(target()) + ": " + why, EINVAL);
-  };
-  if (!module || module->kind != Kind::Dict) refuse("it has no 'module' state dict to present");
-  std::unordered_set<std::string> known;
-  for (const auto& f : frozen()) known.insert(f.name);
-  for (const auto& b : ix.buffers) known.insert(b.name);
-  for (const auto& [alias, canonical] : ix.shared) known.insert(alias);
-  for (const auto& [k, v] : module->entries)
-    if (k->kind != Kind::Str || (!by_name_.count(k->s) && !known.count(k->s)))
-      refuse("module entry '" + (k->kind == Kind::Str ? k->s : pt::repr(k)) + "' is none of the parameters, " +
-             "frozen parameters and buffers the index holds" +
-             (ix.parallel() ? " (frozen parameters and buffers of parallel sources are not indexed)" : ""));
+  if (const std::string& why = source_model().refusal; !why.empty())
+    throw Error(tag_.index->model_files.at(0) + ": cannot present as " + ds::target_name(target()) + ": " + why,
+                EINVAL);
 }
 
-const pt::PtFile& LayoutTag::source_model() const {
+const ds::ModelSkeleton& LayoutTag::source_model() const {
   std::call_once(loaded_, [this] { model_ = shared_source(tag_); });
   return *model_;
 }
 
 const std::vector<ds::PlainTensor>& LayoutTag::frozen() const {
-  // Stage 1/2 and BF16_Optimizer sources keep every frozen param in 'module' (stage 1 and BF16
-  // have no frozen_param_fragments); stage 3 only in its fragments. The index's own list: a plan
-  // keeps no copy.
-  const ds::TagIndex& ix = *tag_.index;
-  return ix.stage == 3 || ix.module_frozen.empty() ? ix.frozen : ix.module_frozen;
+  return frozen_of(*tag_.index);
 }
 
 uint64_t LayoutTag::bytes() const {
-  // What this plan keeps beyond the index and the shared source pickle (shared_source): the plan's
-  // vectors by capacity, and the name index (a hash node: the pair and a next pointer; a bucket).
+  // What this plan keeps beyond the index and the tag's shared skeleton (shared_source): the
+  // plan's vectors by capacity.
   uint64_t n = sizeof(*this);
   for (const auto& g : plan_.groups)
     n += sizeof(g) + kept_bytes(g.params) + kept_bytes(g.offsets) + kept_bytes(g.flat) + kept_bytes(g.flat_offsets);
   for (const auto& s : plan_.sub_groups) n += sizeof(s) + kept_bytes(s.params) + kept_bytes(s.offsets);
   for (const auto& g : plan_.group_sub_groups) n += sizeof(g) + kept_bytes(g);
-  n += by_name_.size() * (sizeof(decltype(by_name_)::value_type) + sizeof(void*)) +
-       by_name_.bucket_count() * sizeof(void*);
   return n;
-}
-
-size_t LayoutTag::param_index(const std::string& name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? std::string::npos : it->second;
 }
 
 uint64_t LayoutTag::files() const {
@@ -161,10 +146,7 @@ const pt::Node* LayoutTag::pickle(uint64_t k, pt::Arena& a) const {
 }
 
 pt::PtOptions LayoutTag::options(uint64_t k) const {
-  pt::PtOptions o;
-  o.prefix = stem(file_name(k));
-  o.crc_source = tag_.crc_source;
-  return o;
+  return tag_.pt_options(stem(file_name(k)));
 }
 
 pt::VirtualFile LayoutTag::build(uint64_t k) const {
@@ -192,7 +174,7 @@ uint64_t LayoutTag::size(uint64_t k) const {
 
 const pt::Node* LayoutTag::model_states(uint32_t rank, pt::Arena& a) const {
   source_model();
-  return ds::model_states_pickle(a, {*tag_.index, plan_, model_->root, frozen(), tag_.mapper()}, rank);
+  return ds::model_states_pickle(a, {*tag_.index, plan_, *model_, frozen(), tag_.mapper()}, rank);
 }
 
 // The optimizer-state files are DeepSpeed's schemas (ds/optim_file.h), over this view's files.

@@ -13,16 +13,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "zeromount/ds/model_file.h"
 #include "zeromount/ds/target_layout.h"
-#include "zeromount/pt/pt_file.h"
 #include "zeromount/pt/pt_writer.h"
 #include "zeromount/pt/virtual_file.h"
 #include "zeromount/view/mounted_tag.h"
 
 namespace zm::view {
 
-// How many model-state pickles layouts have decoded so far: the plans of one tag share one while
-// any of them is alive (the unit tests count them).
+// How many model-state pickles layouts have decoded so far: the plans of one tag share one
+// skeleton of it while any of them is alive (the unit tests count them).
 uint64_t layout_source_decodes();
 
 // One (source tag, target) pair: the plan is made once, O(params); rank files are built on demand.
@@ -50,9 +50,8 @@ class LayoutTag {
   // its own name (pt_size), once per length of name. Throws unless sized().
   uint64_t size(uint64_t k) const;
 
-  // The source's model-state pickle, read once: its non-tensor subtrees are copied into the fakes.
-  const pt::PtFile& source_model() const;
-  size_t param_index(const std::string& name) const;  // index into TagIndex::params, or npos
+  // What the fakes copy from the source's model-state pickle, read once per tag.
+  const ds::ModelSkeleton& source_model() const;
   // Frozen parameters, full, in the source's stored dtype.
   const std::vector<ds::PlainTensor>& frozen() const;
   // What the plan keeps, in bytes (the plan cache's weight; .zeromount/stats sums them).
@@ -67,14 +66,13 @@ class LayoutTag {
   const pt::Node* model_states(uint32_t rank, pt::Arena& a) const;
   const pt::Node* optim_states(uint32_t rank, pt::Arena& a) const;
   const MountedTag& tag_;
-  // The source's model-state pickle, loaded once (source_model): before options_, which the
-  // constructor may read from it.
+  // The skeleton of the source's model-state pickle, made once (source_model): before options_,
+  // which the constructor reads from it.
   mutable std::once_flag loaded_;
-  mutable std::shared_ptr<const pt::PtFile> model_;  // shared by every plan of the tag (shared_source)
+  mutable std::shared_ptr<const ds::ModelSkeleton> model_;  // shared by every plan of the tag (shared_source)
   ds::SourceOptions options_;
   ds::PartitionPlan plan_;
-  std::unordered_map<std::string_view, size_t> by_name_;  // views of the index's names
-  mutable std::mutex sized_mu_;                           // guards what size() keeps:
+  mutable std::mutex sized_mu_;  // guards what size() keeps:
   mutable std::optional<pt::PtRecords> records_[3];
   mutable std::map<std::pair<size_t, size_t>, uint64_t> sizes_;  // (kind, name length) -> size
 };
