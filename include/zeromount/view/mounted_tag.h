@@ -8,6 +8,7 @@
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/pt_writer.h"
 #include "zeromount/pt/value.h"
 #include "zeromount/pt/virtual_file.h"
 #include "zeromount/view/tree.h"
@@ -21,6 +22,14 @@ struct MountedTag {
   Access files;                         // the least readable of its shards: what a made-up file of this tag may be
   // -o crc: where made-up .pt files read their tensors to compute real CRC-32s; nullptr: CRC 0.
   const pt::ExtentReader* crc_source = nullptr;
+  // How a made-up .pt file of this tag is written: `prefix` names its archive as torch.save does
+  // (the stem of the path it writes; "archive" for an open file), and its CRCs follow -o crc.
+  pt::PtOptions pt_options(std::string prefix) const {
+    pt::PtOptions o;
+    o.prefix = std::move(prefix);
+    o.crc_source = crc_source;
+    return o;
+  }
   // An extent of the index (shard-relative) as an extent of the view's file table.
   pt::Extent map(const pt::Extent& e) const { return {file_of_shard.at(e.file), e.offset, e.length}; }
   // map() as a function object, for what takes a ds::ExtentMap (the tag must outlive it).

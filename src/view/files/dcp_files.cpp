@@ -19,14 +19,6 @@ using Source = DcpPlan::Source;
 
 namespace {
 
-// FileSystemWriter torch.save()s each item into an open file: the archive is named "archive".
-pt::PtOptions item_options(const MountedTag& t) {
-  pt::PtOptions o;
-  o.prefix = "archive";
-  o.crc_source = t.crc_source;
-  return o;
-}
-
 uint64_t row_bytes(const std::vector<int64_t>& shape, pt::DType dtype) {
   return pt::numel(std::vector<int64_t>(shape.begin() + 1, shape.end())) * pt::element_size(dtype);
 }
@@ -75,7 +67,7 @@ DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
   std::vector<std::string> names;
   for (int r = 0; r < files; ++r) names.push_back(pt::dcp::data_file_name(r));
   std::vector<pt::dcp::Item> items;
-  const pt::PtOptions opts = item_options(t);
+  const pt::PtOptions opts = t.pt_options("archive");  // FileSystemWriter torch.save()s each item into an open file
 
   // Chunks of a tensor: whole in file 0, or cut where FSDP2 shards dim 0 at `world` ranks.
   std::map<std::pair<pt::DType, std::vector<int64_t>>, uint64_t> item_bytes;  // by chunk type and shape
@@ -226,7 +218,7 @@ pt::VirtualFile DcpPlan::build(size_t file) const {
   const MountedTag& t = *tag_;
   const ds::TagIndex& ix = *t.index;
   std::vector<WeightTensor> weights;
-  const pt::PtOptions opts = item_options(t);
+  const pt::PtOptions opts = t.pt_options("archive");  // as above
   pt::VirtualFile out;
   for (const Piece& piece : pieces_.at(file)) {
     const Source& s = sources_[piece.source];

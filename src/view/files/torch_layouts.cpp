@@ -99,10 +99,7 @@ pt::VirtualFile torch_optimizer_file(const MountedTag& t) {
   Node* root = build::dict(a);
   build::add(root, a, "state", state);
   build::add(root, a, "param_groups", param_groups);
-  pt::PtOptions o;
-  o.prefix = "optimizer";
-  o.crc_source = t.crc_source;
-  return pt::build_pt(root, o);
+  return pt::build_pt(root, t.pt_options("optimizer"));
 }
 
 }  // namespace zm::view

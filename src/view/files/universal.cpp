@@ -9,27 +9,17 @@
 
 namespace zm::view {
 
-namespace {
-
-pt::PtOptions stem(const MountedTag& t, const std::string& name) {
-  pt::PtOptions o;
-  o.prefix = name;  // as torch.save(obj, ".../<name>.pt") names the archive
-  o.crc_source = t.crc_source;
-  return o;
-}
-
-}  // namespace
-
 pt::VirtualFile param_state_file(const MountedTag& t, const ds::Param& p, size_t state, bool bare) {
   pt::Arena a;
   return pt::build_pt(ds::param_state_pickle(a, *t.index, p, state, bare, t.mapper()),
-                      stem(t, t.index->state_names[state]));
+                      t.pt_options(t.index->state_names[state]));
 }
 
 pt::VirtualFile scalar_file(const MountedTag& t, size_t group, size_t k) {
   pt::Arena a;
   const ds::TagIndex& ix = *t.index;
-  return pt::build_pt(ds::step_value_node(a, ix.scalars.at(group).at(k), t.mapper()), stem(t, ix.scalar_names.at(k)));
+  return pt::build_pt(ds::step_value_node(a, ix.scalars.at(group).at(k), t.mapper()),
+                      t.pt_options(ix.scalar_names.at(k)));
 }
 
 pt::VirtualFile autoep_model_states_file(const MountedTag& t, const std::string& path) {
@@ -44,12 +34,12 @@ pt::VirtualFile autoep_model_states_file(const MountedTag& t, const std::string&
   const pt::Node* root = ds::autoep_model_states_pickle(a, ix, shard, src->root, t.mapper());
   std::string name = path.substr(path.find_last_of('/') + 1);
   name = name.substr(0, name.size() - 3);  // torch.save names the archive after the file's stem
-  return pt::build_pt(root, stem(t, name));
+  return pt::build_pt(root, t.pt_options(name));
 }
 
 pt::VirtualFile optimizer_state_file(const MountedTag& t) {
   pt::Arena a;
-  return pt::build_pt(ds::optimizer_state_pickle(a, *t.index, t.mapper()), stem(t, "optimizer_state"));
+  return pt::build_pt(ds::optimizer_state_pickle(a, *t.index, t.mapper()), t.pt_options("optimizer_state"));
 }
 
 }  // namespace zm::view
