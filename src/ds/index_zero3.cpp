@@ -144,10 +144,13 @@ void read_rank_model_files(TagIndex& index, ShardSet& shards, const TagFiles& fi
     if (index.buffers.empty()) continue;
     const Field module = model.root()["module"];
     auto& mine = index.rank_buffers.emplace_back();
+    // Rank 0's buffers, and those of a rank read as rank 0's tree (open_like), are rank 0's by
+    // shape and dtype; a rank decoded on its own is checked.
+    const bool own_tree = r > 0 && !model.pt->like;
     for (const PlainTensor& b : index.buffers) {
       const Field t = module[b.name];
-      if (t.as_tensor().shape != b.shape) t.fail("buffer shape differs from rank 0's");
-      require_dtype(t, b.dtype, "rank 0's buffer " + b.name);
+      if (own_tree && t.as_tensor().shape != b.shape) t.fail("buffer shape differs from rank 0's");
+      if (own_tree) require_dtype(t, b.dtype, "rank 0's buffer " + b.name);
       mine.push_back(
           PlainTensor{b.name, b.dtype, b.shape, {ShardSet::slice(t, model.id, 0, b.numel(), "buffer " + b.name)}});
     }

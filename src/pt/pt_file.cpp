@@ -66,16 +66,20 @@ Opened open_pt(const std::string& path, const PtFile* like = nullptr) {
   return o;
 }
 
-// The stored record data/<key> of `nbytes` bytes; throws naming the file when it is missing,
+// The stored record data/<key> of `nbytes` bytes, or null with the reason in `why`: missing,
 // compressed or of another size.
-const ZipEntry& storage_record(const ZipReader& zip, const std::string& path, const std::string& key, uint64_t nbytes) {
+const ZipEntry* stored_record(const ZipReader& zip, const std::string& key, uint64_t nbytes, std::string& why) {
   const ZipEntry* rec = zip.find("data/" + key);
-  if (!rec) throw FormatError(where(path, "storage record data/" + key + " is missing"));
-  if (rec->method != 0) throw FormatError(where(path, "storage record data/" + key + " is compressed"));
-  if (rec->size != nbytes)
-    throw FormatError(where(path, "storage record data/" + key + " holds " + std::to_string(rec->size) +
-                                      " bytes, its pickle says " + std::to_string(nbytes)));
-  return *rec;
+  if (!rec)
+    why = "storage record data/" + key + " is missing";
+  else if (rec->method != 0)
+    why = "storage record data/" + key + " is compressed";
+  else if (rec->size != nbytes)
+    why = "storage record data/" + key + " holds " + std::to_string(rec->size) + " bytes, its pickle says " +
+          std::to_string(nbytes);
+  else
+    return rec;
+  return nullptr;
 }
 
 }  // namespace
@@ -84,7 +88,10 @@ std::unique_ptr<PtFile> load_pt(const std::string& path, const PickleLimits& lim
   Opened o = open_pt(path);
   const ZipReader& zip = *o.zip;
   StorageResolver resolve = [&](const std::string& key, uint64_t nbytes) -> uint64_t {
-    return zip.data_offset(storage_record(zip, path, key, nbytes));
+    std::string why;
+    const ZipEntry* rec = stored_record(zip, key, nbytes, why);
+    if (!rec) throw FormatError(where(path, why));
+    return zip.data_offset(*rec);
   };
   o.pt->root = decode_pickle(o.pickle, o.pt->arena, path, resolve, limits);
   return std::move(o.pt);
@@ -101,9 +108,9 @@ std::unique_ptr<PtFile> load_pt_like(const std::string& path, const PtFile& like
 
 bool PtFile::same_record(const Tensor& t) const {
   if (!like) return true;
-  const ZipEntry* rec = records->find("data/" + t.storage_key);
-  return rec && rec->method == 0 && rec->size == t.storage_numel * element_size(t.dtype) &&
-         records->data_offset(*rec) == t.record_offset;
+  std::string why;
+  const ZipEntry* rec = stored_record(*records, t.storage_key, t.storage_numel * element_size(t.dtype), why);
+  return rec && records->data_offset(*rec) == t.record_offset;
 }
 
 }  // namespace zm::pt
