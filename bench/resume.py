@@ -197,26 +197,42 @@ def drop_caches():
 
 # ---------------------------------------------------------------- mounts and the daemon
 
-class Mount:
-    def __init__(self, zm, src, mnt):
-        self.zm, self.src, self.mnt = zm, src, mnt
-        self.mounted = False
+class FuseMount:
+    """A FUSE file system at MNT: up() clears a stale mount there, starts it (_start) and returns the
+    seconds until the folder answers; down() unmounts it."""
+
+    def __init__(self, mnt):
+        self.mnt = mnt
 
     def up(self):
         os.makedirs(self.mnt, exist_ok=True)
         if os.path.ismount(self.mnt):
             subprocess.run(["fusermount3", "-u", self.mnt], check=True)
         t0 = time.time()
-        r = subprocess.run([self.zm, self.src, self.mnt], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"zeromount failed: {r.stderr.strip()}")
-        self.mounted = True
+        self._start(t0)
         os.listdir(self.mnt)  # the mount answers
         return time.time() - t0
 
     def down(self):
-        if self.mounted and os.path.ismount(self.mnt):
+        if os.path.ismount(self.mnt):
             subprocess.run(["fusermount3", "-u", self.mnt])
+
+
+class Mount(FuseMount):
+    def __init__(self, zm, src, mnt):
+        super().__init__(mnt)
+        self.zm, self.src = zm, src
+        self.mounted = False
+
+    def _start(self, t0):
+        r = subprocess.run([self.zm, self.src, self.mnt], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"zeromount failed: {r.stderr.strip()}")
+        self.mounted = True
+
+    def down(self):
+        if self.mounted:
+            super().down()
         self.mounted = False
 
     def daemon_pid(self):
@@ -481,17 +497,14 @@ def path_e(cfg, rnd, target):
     return run_load(cfg, f"{rnd}/e_{target}", dp, stage, chroot_path(info["dir"]), False, t0)
 
 
-class FloorMount:
+class FloorMount(FuseMount):
     """bench/benchfs.cpp --tree=DIR at MNT: a real folder through a minimal FUSE passthrough."""
 
     def __init__(self, exe, tree, mnt):
-        self.exe, self.tree, self.mnt, self.proc = exe, tree, mnt, None
+        super().__init__(mnt)
+        self.exe, self.tree, self.proc = exe, tree, None
 
-    def up(self):
-        os.makedirs(self.mnt, exist_ok=True)
-        if os.path.ismount(self.mnt):
-            subprocess.run(["fusermount3", "-u", self.mnt], check=True)
-        t0 = time.time()
+    def _start(self, t0):
         self.proc = subprocess.Popen([self.exe, self.mnt, f"--tree={self.tree}", "--mode=copy", "--keep_cache",
                                       f"--max_read={1 << 20}", "-f"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -499,12 +512,9 @@ class FloorMount:
             if self.proc.poll() is not None or time.time() - t0 > 30:
                 raise RuntimeError(f"benchfs did not mount {self.mnt}")
             time.sleep(0.01)
-        os.listdir(self.mnt)
-        return time.time() - t0
 
     def down(self):
-        if os.path.ismount(self.mnt):
-            subprocess.run(["fusermount3", "-u", self.mnt])
+        super().down()
         if self.proc:
             self.proc.wait(timeout=30)
 
