@@ -362,6 +362,30 @@ TEST(LayoutsView, PlansOfOneTagShareOneDecodedSource) {
   EXPECT_EQ(view::layout_source_decodes() - before, 1u) << "8 plans, one decoded source";
 }
 
+// Issue 29: .zeromount/stats says what the kept plans weigh, and a plan weighs its partition
+// vectors: at least the indices and offsets each parameter needs in them (4 + 8 bytes per entry),
+// at most twice that plus a fixed part (no copy of names or of the source's pickle). Counted from
+// the index here, not from the plan.
+TEST(LayoutsView, StatsWeighTheKeptPlansByTheirPartitionVectors) {
+  auto v = View::load(kFixtures + "/z2_ws2_fp32_pg2/checkpoint");
+  const auto stat = [&](const std::string& key) {
+    const std::string text = content_of(*v, *find(*v, "/.zeromount/stats"));
+    const size_t at = text.find("\n" + key + " ");
+    EXPECT_NE(at, std::string::npos) << key << " in " << text;
+    return std::stoull(text.substr(at + key.size() + 2));
+  };
+  const uint64_t kept0 = stat("plans_kept"), bytes0 = stat("plan_bytes");
+  ASSERT_NE(find(*v, "/layouts/zero2-dp3-fp32/" + kTag), nullptr);
+  ASSERT_NE(find(*v, "/layouts/zero3-dp5-fp32/" + kTag), nullptr);
+  const uint64_t n = ds::index_tag(kFixtures + "/z2_ws2_fp32_pg2/checkpoint/" + kTag)->params.size();
+  // Two plans; ZeRO-2: params and flat (4 bytes), offsets and flat_offsets (8) per parameter;
+  // ZeRO-3: params (4) and offsets (8) per parameter, and its id in group_sub_groups (4).
+  const uint64_t vectors = n * 24 + n * 16, least = 2 * sizeof(view::LayoutTag) + vectors;
+  EXPECT_EQ(stat("plans_kept") - kept0, 2u);
+  EXPECT_GE(stat("plan_bytes") - bytes0, least);
+  EXPECT_LE(stat("plan_bytes") - bytes0, least + vectors + 2 * 1024) << "a plan keeps no copy of names or pickles";
+}
+
 // The plans keep a skeleton of the source's model-state pickle, not the decoded tree: every key
 // of the root in order, the module's names in order (views of the index's), its _metadata, and
 // none of the per-parameter values the target remakes.
