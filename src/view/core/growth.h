@@ -22,7 +22,8 @@
 //   Folder::mu         a folder's tag sets, errors and `latest`. Under it: nothing.
 //   Memo::mu_ (View::built_, the plans), FileTable::table_mu_ then FileTable::mu_, ds::open_dir's
 //                      cache: leaves (a Memo's is let go before its value is computed, a build
-//                      taking what it takes outside it; the folder cache's before a folder is opened).
+//                      taking what it takes outside it; the folder cache's before a folder is opened),
+//                      and layout_files.cpp's shared_source (a tag's skeleton: a decode under it).
 // tests/unit/live_test.cpp's LiveFolderConcurrency cases run rescans during listings and lookups,
 // and deep_test.cpp's DeepConcurrency fills a deep chain from many threads, under ThreadSanitizer
 // in CI.
