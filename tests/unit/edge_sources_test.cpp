@@ -40,13 +40,6 @@ class EdgeSource : public ::testing::TestWithParam<Edge> {
   std::string tag_dir() const { return dir() + "/checkpoint/" + GetParam().tag; }
 };
 
-std::string bytes_of(const ds::TagIndex& ix, const std::vector<ds::Fragment>& frags) {
-  std::string out;
-  for (const auto& f : frags)
-    out += pt::File(ix.shards.at(f.extent.file).path).read_string(f.extent.offset, f.extent.length, "extent");
-  return out;
-}
-
 TEST_P(EdgeSource, IndexEqualsTheLiveState) {
   const Edge& e = GetParam();
   const auto ix = ds::index_tag(tag_dir());
@@ -60,7 +53,7 @@ TEST_P(EdgeSource, IndexEqualsTheLiveState) {
     ASSERT_NE(section, nullptr) << ix->state_names[k];
     ASSERT_EQ(section->entries.size(), ix->params.size()) << ix->state_names[k];
     for (const auto& p : ix->params)
-      EXPECT_TRUE(bytes_of(*ix, ix->fragments(p, k)) == tensor_bytes(*live, *section->get(p.name)->tensor))
+      EXPECT_TRUE(test::fragment_bytes(*ix, p, k) == tensor_bytes(*live, *section->get(p.name)->tensor))
           << p.name << " " << ix->state_names[k];
   }
   for (const char* none : {"exp_avg", "exp_avg_sq"}) {  // the live engine had none either

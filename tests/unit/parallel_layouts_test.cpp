@@ -74,13 +74,6 @@ TEST_P(ParallelLayouts, ServedWholeOrNotAtAll) {
   }
 }
 
-std::string read_extents(const ds::TagIndex& ix, const std::vector<ds::Fragment>& frags) {
-  std::string out;
-  for (const auto& f : frags)
-    out += pt::File(ix.shards.at(f.extent.file).path).read_string(f.extent.offset, f.extent.length, "extent");
-  return out;
-}
-
 // The fakes are real checkpoints at TP = 1: our indexer reads them back, and each parameter's
 // fp32, exp_avg and exp_avg_sq are DeepSpeed's own universal tensors of the TP source.
 class ServedParallelLayouts : public ::testing::TestWithParam<std::string> {};
@@ -105,7 +98,7 @@ TEST_P(ServedParallelLayouts, FakesHoldDeepSpeedsUniversalTensors) {
         const pt::Node* t = theirs->root->get("param");
         ASSERT_NE(t, nullptr) << p.name;
         EXPECT_EQ(t->tensor->shape, p.shape) << p.name;
-        EXPECT_TRUE(read_extents(*fake, fake->fragments(p, k)) == tensor_bytes(*theirs, *t->tensor))
+        EXPECT_TRUE(test::fragment_bytes(*fake, p, k) == tensor_bytes(*theirs, *t->tensor))
             << p.name << " " << fake->state_names[k];
       }
     for (size_t g = 0; g < fake->scalars.size(); ++g)
