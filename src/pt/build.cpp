@@ -76,25 +76,6 @@ void slice_data(const VirtualFile& file, uint64_t from, uint64_t length, Tensor&
   }
 }
 
-void append_file(VirtualFile& into, const VirtualFile& from) {
-  for (const Segment& s : from.segments()) {
-    switch (s.kind) {
-      case Segment::Stored:
-        into.append_extent({s.file, s.offset, s.length});
-        break;
-      case Segment::Zero:
-        into.append_zero(s.length);
-        break;
-      case Segment::Computed:
-        into.append_computed(from.computed()[s.offset]);
-        break;
-      case Segment::Inline:
-        into.append_inline(inline_bytes(from, s.start, s.length));
-        break;
-    }
-  }
-}
-
 Node* dict(Arena& a) {
   return a.make(Kind::Dict);
 }

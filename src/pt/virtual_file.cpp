@@ -3,7 +3,28 @@
 #include <algorithm>
 #include <cstring>
 
+#include "zeromount/pt/error.h"
+
 namespace zm::pt {
+
+namespace {
+
+// Bytes [at, at + n) of a computed piece.
+class SliceOf final : public Computed {
+ public:
+  SliceOf(std::shared_ptr<const Computed> base, uint64_t at, uint64_t n) : base_(std::move(base)), at_(at), n_(n) {}
+  uint64_t size() const override { return n_; }
+  void read(uint64_t offset, void* out, size_t n, const ExtentReader& files) const override {
+    base_->read(at_ + offset, out, n, files);
+  }
+  size_t memory_bytes() const override { return sizeof(*this); }
+
+ private:
+  std::shared_ptr<const Computed> base_;
+  uint64_t at_, n_;
+};
+
+}  // namespace
 
 VirtualFile VirtualFile::from_text(std::string_view text) {
   VirtualFile f;
@@ -52,6 +73,32 @@ void VirtualFile::append_computed(std::shared_ptr<const pt::Computed> c) {
   segs_.push_back({size_, n, Segment::Computed, 0, computed_.size()});
   computed_.push_back(std::move(c));
   size_ += n;
+}
+
+void VirtualFile::append(const VirtualFile& from, uint64_t at, uint64_t n) {
+  const uint64_t end = at + n;
+  if (end < at || end > from.size()) throw Error("a slice past the end of its file", EIO);
+  for (const Segment& s : from.segs_) {
+    const uint64_t lo = std::max(at, s.start), hi = std::min(end, s.start + s.length);
+    if (lo >= hi) continue;
+    const uint64_t within = lo - s.start, take = hi - lo;
+    switch (s.kind) {
+      case Segment::Inline:
+        append_inline(std::string_view(from.blob_).substr(s.offset + within, take));
+        break;
+      case Segment::Stored:
+        append_extent({s.file, s.offset + within, take});
+        break;
+      case Segment::Zero:
+        append_zero(take);
+        break;
+      case Segment::Computed: {
+        const auto& c = from.computed_[s.offset];
+        append_computed(take == s.length ? c : std::make_shared<SliceOf>(c, within, take));
+        break;
+      }
+    }
+  }
 }
 
 size_t VirtualFile::memory_bytes() const {

@@ -36,9 +36,6 @@ Node* tensor(Arena& a, DType dtype, std::vector<int64_t> shape, std::vector<Exte
 // stay source ranges, computed pieces are computed in part. A DCP chunk is rows of a tensor that
 // is served whole elsewhere.
 void slice_data(const VirtualFile& file, uint64_t from, uint64_t length, Tensor& out);
-// `from` appended to `into`, piece for piece (one file made of whole .pt archives).
-void append_file(VirtualFile& into, const VirtualFile& from);
-
 // A tensor's data as it is assembled: source extents, zero fill and computed pieces.
 struct Fill {
   Tensor& t;

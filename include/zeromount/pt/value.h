@@ -16,15 +16,9 @@
 #include <vector>
 
 #include "zeromount/pt/dtype.h"
+#include "zeromount/pt/virtual_file.h"
 
 namespace zm::pt {
-
-// A run of bytes of one source file. The lazy writer serves tensor bytes from lists of these.
-struct Extent {
-  uint32_t file = 0;  // an id in the table the ExtentReader serves
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
 
 // Writer only: Extent::file values that name no file. A made-up tensor may mix source bytes,
 // zero padding and computed bytes (a precision change) without holding any of them in memory.
@@ -32,7 +26,6 @@ inline constexpr uint32_t kZeroFill = 0xFFFFFFFFu;       // `length` zero bytes
 inline constexpr uint32_t kComputedBytes = 0xFFFFFFFEu;  // Tensor::computed[offset], `length` bytes
 
 struct Node;
-class Computed;  // virtual_file.h
 
 // A tensor as _rebuild_tensor_v2 describes it. Offsets and strides are in elements.
 struct Tensor {

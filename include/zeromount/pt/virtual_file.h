@@ -1,15 +1,22 @@
 #pragma once
-// A file described, not stored: inline header bytes, ranges of source files and zero fill.
-// Its size is exact before any source byte is read, and a read touches only what it overlaps.
+// A file described, not stored: inline header bytes, ranges of source files, zero fill and
+// bytes computed on read. Its size is exact before any source byte is read, and a read touches
+// only what it overlaps.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "zeromount/pt/value.h"
-
 namespace zm::pt {
+
+// A run of bytes of one source file.
+struct Extent {
+  uint32_t file = 0;  // an id in the table the ExtentReader serves
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
 
 // Where source bytes come from. The view implements it over its shard table, with identity checks.
 class ExtentReader {
@@ -49,6 +56,10 @@ class VirtualFile {
   void append_extent(const Extent& e);
   void append_zero(uint64_t n);
   void append_computed(std::shared_ptr<const pt::Computed> c);
+  // Bytes [at, at + n) of `from`, piece for piece: source ranges stay source ranges and a computed
+  // piece cut in part is computed in part (a DCP chunk is rows of a tensor served whole elsewhere).
+  void append(const VirtualFile& from, uint64_t at, uint64_t n);
+  void append(const VirtualFile& from) { append(from, 0, from.size()); }
   void reserve(size_t segments) { segs_.reserve(segments); }  // avoids doubling a large file's table
 
   uint64_t size() const { return size_; }

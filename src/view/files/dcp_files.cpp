@@ -262,7 +262,7 @@ pt::VirtualFile DcpPlan::build(size_t file) const {
       build::slice_data(whole, from, length, *n->tensor);
       node = n;
     }
-    build::append_file(out, pt::build_pt(node, opts));
+    out.append(pt::build_pt(node, opts));
   }
   if (out.size() != sizes_.at(file))
     throw Error(ix.dir + ": DCP data file " + pt::dcp::data_file_name(int(file)) + " is " + std::to_string(out.size()) +
