@@ -46,18 +46,19 @@ class Resave {
   Node* tensor(const pt::Tensor* t) {
     if (t->attrs || !t->contiguous())
       throw Error(path_ + ": a non-contiguous or subclassed tensor in the model state cannot be re-saved", EIO);
-    auto [it, fresh] = storages_.try_emplace(t->storage_key, nullptr);
+    const pt::StorageRecord& r = t->record();
+    auto [it, fresh] = storages_.try_emplace(r.key, nullptr);
     if (fresh) {
       pt::Tensor s;
       s.dtype = t->dtype;
-      s.shape = {int64_t(t->storage_numel)};
-      if (t->storage_numel) s.data.push_back({file_, t->record_offset, t->storage_numel * pt::element_size(t->dtype)});
+      s.shape = {int64_t(r.numel)};
+      s.bytes().append_extent({file_, r.offset, r.numel * pt::element_size(t->dtype)});
       it->second = a_.make_tensor(std::move(s));
     }
     pt::Tensor v;
     v.dtype = t->dtype;
     v.shape = t->shape;
-    v.storage_of = it->second;
+    v.made().storage_of = it->second;
     v.storage_offset = t->storage_offset;
     v.requires_grad = t->requires_grad;
     return a_.make_tensor_node(std::move(v));

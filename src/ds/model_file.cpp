@@ -129,7 +129,7 @@ const Node* model_states_pickle(pt::Arena& a, const ModelSource& src, uint32_t r
       pt::Tensor v;
       v.dtype = lp;
       v.shape = p.shape;
-      v.storage_of = storage;
+      v.made().storage_of = storage;
       v.storage_offset = int64_t(g.flat_offsets[j]);
       module_tensors[p.name] = a.make_tensor_node(std::move(v));
     }

@@ -12,8 +12,11 @@ using pt::Node;
 
 const Node* step_value_node(pt::Arena& a, const StepValue& v, const ExtentMap& map) {
   switch (v.kind) {
-    case StepValue::Tensor:
-      return build::tensor(a, v.dtype, v.shape, {map(v.extent)});
+    case StepValue::Tensor: {
+      pt::VirtualFile bytes;
+      bytes.append_extent(map(v.extent));
+      return build::tensor(a, v.dtype, v.shape, std::move(bytes));
+    }
     case StepValue::Int:
       return a.make_int(v.i);
     case StepValue::Float:
@@ -162,7 +165,7 @@ class OptimFile {
     pt::Tensor v;
     v.dtype = padded.dtype;
     v.shape = {int64_t(numel)};
-    v.storage_of = a_.make_tensor(std::move(padded));
+    v.made().storage_of = a_.make_tensor(std::move(padded));
     v.requires_grad = requires_grad;
     return a_.make_tensor_node(std::move(v));
   }

@@ -1,13 +1,11 @@
 #include "zeromount/ds/state_bytes.h"
 
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "zeromount/ds/tp_param.h"
 #include "zeromount/pt/error.h"
-#include "zeromount/pt/pt_writer.h"
 
 namespace zm::ds {
 
@@ -27,11 +25,10 @@ std::vector<RankBytes> rank_bytes(const TagIndex& ix, const Param& p, size_t sta
   return out;
 }
 
-}  // namespace
-
-void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentMap& map, pt::Tensor& out) {
+// The whole merged storage of `p`'s state `state`, appended to `out`.
+void storage_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentMap& map, pt::VirtualFile& out) {
   if (!ix.parallel()) {
-    for (const auto& fr : ix.fragments(p, state)) out.data.push_back(map(fr.extent));
+    for (const auto& fr : ix.fragments(p, state)) out.append_extent(map(fr.extent));
     return;
   }
   const std::string what = p.name + " (" + ix.state_names[state] + ")";
@@ -47,7 +44,7 @@ void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentM
       // A cat on dim 0 is each rank's bytes in turn: a few extents, nothing computed.
       if (p.cat_dim == 0) {
         const auto extents = merged_extents(ix, p, state);
-        for (const auto& e : *extents) out.data.push_back(map(e));
+        for (const auto& e : *extents) out.append_extent(map(e));
         return;
       }
       [[fallthrough]];
@@ -57,18 +54,20 @@ void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentM
   }
 }
 
+}  // namespace
+
+void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentMap& map, pt::Tensor& out) {
+  storage_bytes(ix, p, state, map, out.bytes());
+}
+
 void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentMap& map, pt::VirtualFile& f) {
-  pt::Tensor x;
-  state_bytes(ix, p, state, map, x);
-  uint64_t left = p.numel * pt::element_size(ix.master_dtype);  // a vocabulary cut is a prefix
-  for (pt::Extent e : x.data) {
-    if (left == 0) break;
-    if (e.file == pt::kComputedBytes && e.length > left)
+  pt::VirtualFile whole;
+  storage_bytes(ix, p, state, map, whole);
+  const uint64_t cut = p.numel * pt::element_size(ix.master_dtype);  // a vocabulary cut is a prefix
+  for (const pt::Segment& s : whole.segments())
+    if (s.kind == pt::Segment::Computed && s.start < cut && s.start + s.length > cut)
       throw Error(p.name + ": a computed merge with a vocabulary cut is not supported", EIO);
-    e.length = std::min(e.length, left);
-    left -= e.length;
-    pt::append_piece(f, x, e);
-  }
+  f.append(whole, 0, cut);
 }
 
 }  // namespace zm::ds

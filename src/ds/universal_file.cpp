@@ -40,7 +40,7 @@ const Node* parallel_state_pickle(pt::Arena& a, const TagIndex& ix, const Param&
   pt::Tensor x;
   x.dtype = ix.master_dtype;
   x.shape = p.shape;
-  x.write_storage_numel = p.merged_numel;             // the vocabulary cut keeps the padded storage [tp §10.3]
+  x.made().storage_numel = p.merged_numel;            // the vocabulary cut keeps the padded storage [tp §10.3]
   x.requires_grad = ix.state_names[state] == "fp32";  // a clone of the fp32 partition [tp §10.2]
   state_bytes(ix, p, state, map, x);
   Node* tensor = a.make_tensor_node(std::move(x));

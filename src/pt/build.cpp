@@ -1,80 +1,10 @@
 #include "zeromount/pt/build.h"
 
-#include <algorithm>
-#include <cstring>
+#include <memory>
 
 #include "zeromount/pt/convert.h"
-#include "zeromount/pt/error.h"
 
 namespace zm::pt::build {
-
-namespace {
-
-// Bytes [at, at + n) of a computed piece.
-class SliceOf final : public Computed {
- public:
-  SliceOf(std::shared_ptr<const Computed> base, uint64_t at, uint64_t n) : base_(std::move(base)), at_(at), n_(n) {}
-  uint64_t size() const override { return n_; }
-  void read(uint64_t offset, void* out, size_t n, const ExtentReader& files) const override {
-    base_->read(at_ + offset, out, n, files);
-  }
-  size_t memory_bytes() const override { return sizeof(*this); }
-
- private:
-  std::shared_ptr<const Computed> base_;
-  uint64_t at_, n_;
-};
-
-// Bytes a file holds inline (a header), carried into a tensor's data.
-class Constant final : public Computed {
- public:
-  explicit Constant(std::string bytes) : bytes_(std::move(bytes)) {}
-  uint64_t size() const override { return bytes_.size(); }
-  void read(uint64_t offset, void* out, size_t n, const ExtentReader&) const override {
-    memcpy(out, bytes_.data() + offset, n);
-  }
-  size_t memory_bytes() const override { return sizeof(*this) + bytes_.capacity(); }
-
- private:
-  std::string bytes_;
-};
-
-// Inline bytes need no source: a reader that is never asked.
-struct NoFiles final : ExtentReader {
-  void pread(uint32_t, uint64_t, void*, size_t) const override { throw Error("inline bytes read a file", EIO); }
-};
-
-std::string inline_bytes(const VirtualFile& f, uint64_t at, uint64_t n) {
-  std::string bytes(n, '\0');
-  f.read(at, bytes.data(), n, NoFiles{});
-  return bytes;
-}
-
-}  // namespace
-
-void slice_data(const VirtualFile& file, uint64_t from, uint64_t length, Tensor& out) {
-  const uint64_t end = from + length;
-  if (end > file.size()) throw Error("a slice past the end of its tensor", EIO);
-  for (const Segment& s : file.segments()) {
-    const uint64_t lo = std::max(from, s.start), hi = std::min(end, s.start + s.length);
-    if (lo >= hi) continue;
-    const uint64_t within = lo - s.start, n = hi - lo;
-    switch (s.kind) {
-      case Segment::Stored:
-        out.data.push_back({s.file, s.offset + within, n});
-        break;
-      case Segment::Zero:
-        out.data.push_back({kZeroFill, 0, n});
-        break;
-      case Segment::Computed:
-        out.append_computed(std::make_shared<SliceOf>(file.computed()[s.offset], within, n));
-        break;
-      case Segment::Inline:
-        out.append_computed(std::make_shared<Constant>(inline_bytes(file, lo, n)));
-        break;
-    }
-  }
-}
 
 Node* dict(Arena& a) {
   return a.make(Kind::Dict);
@@ -157,11 +87,11 @@ Node* new_object(Arena& a, std::string_view module, std::string_view cls, const 
   return n;
 }
 
-Node* tensor(Arena& a, DType dtype, std::vector<int64_t> shape, std::vector<Extent> data) {
+Node* tensor(Arena& a, DType dtype, std::vector<int64_t> shape, VirtualFile bytes) {
   Tensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  t.data = std::move(data);
+  t.made().bytes = std::make_shared<VirtualFile>(std::move(bytes));
   return a.make_tensor_node(std::move(t));
 }
 
@@ -171,7 +101,7 @@ void Fill::values(std::vector<Extent> source, DType from, uint64_t numel) {
     for (const auto& e : source) bytes(e);
     return;
   }
-  t.append_computed(std::make_shared<ConvertedExtents>(std::move(source), from, t.dtype, numel, "layouts"));
+  t.bytes().append_computed(std::make_shared<ConvertedExtents>(std::move(source), from, t.dtype, numel, "layouts"));
 }
 
 }  // namespace zm::pt::build

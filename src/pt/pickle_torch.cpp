@@ -30,9 +30,7 @@ Node* Machine::persistent_load(Node* pid) {
   Node* n = make(Kind::Storage);
   Tensor t;
   t.dtype = *dt;
-  t.storage_key = key->s;
-  t.storage_numel = uint64_t(numel);
-  t.record_offset = resolve_(key->s, uint64_t(numel) * element_size(*dt));
+  t.storage = StorageRecord{key->s, uint64_t(numel), resolve_(key->s, uint64_t(numel) * element_size(*dt))};
   n->tensor = arena_.make_tensor(std::move(t));
   storages_.emplace(key->s, n);
   return n;
@@ -71,9 +69,9 @@ Node* Machine::rebuild_tensor(Node* args, bool v3) {
         (__builtin_mul_overflow(uint64_t(d - 1), uint64_t(s), &span) || __builtin_add_overflow(last, span, &last)))
       fail("tensor extent overflows");
   }
-  if (numel > 0 && last >= t.storage_numel)
-    fail("tensor (offset " + std::to_string(t.storage_offset) + ") runs past its storage '" + t.storage_key + "' of " +
-         std::to_string(t.storage_numel) + " elements");
+  if (numel > 0 && last >= t.record().numel)
+    fail("tensor (offset " + std::to_string(t.storage_offset) + ") runs past its storage '" + t.record().key + "' of " +
+         std::to_string(t.record().numel) + " elements");
   Node* n = make(Kind::Tensor);
   n->tensor = arena_.make_tensor(std::move(t));
   return n;

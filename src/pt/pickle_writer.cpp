@@ -176,9 +176,11 @@ class Emitter {
   }
   void save_tensor(const Tensor* t, int depth) {
     if (get(t)) return;
-    const Tensor* owner = t->storage_of ? t->storage_of : t;  // a view writes its base's storage
-    if (owner->data.empty() && owner->write_bytes() > 0) throw Error("pickle writer: tensor has no data extents");
-    if (t->storage_of && uint64_t(t->storage_offset) + t->numel() > owner->write_numel())
+    const MadeStorage* made = std::get_if<MadeStorage>(&t->storage);
+    if (!made) throw Error("pickle writer: a decoded tensor has no bytes of its own to write");
+    const Tensor* owner = made->storage_of ? made->storage_of : t;  // a view writes its base's storage
+    if (!owner->made().bytes && owner->write_bytes() > 0) throw Error("pickle writer: tensor has no data");
+    if (made->storage_of && uint64_t(t->storage_offset) + t->numel() > owner->write_numel())
       throw Error("pickle writer: a view reaches past its storage");
     save_global("torch._utils", "_rebuild_tensor_v2");
     u8('(');
@@ -201,7 +203,7 @@ class Emitter {
     u8('t');
     memoize_fresh();  // the pid tuple is new each time, so its memo entry is never hit
     u8('Q');
-    save_int(t->storage_of ? t->storage_offset : 0);
+    save_int(made->storage_of ? t->storage_offset : 0);
     const size_t nd = t->shape.size();
     std::array<int64_t, 8> small{};
     std::vector<int64_t> big(nd > small.size() ? nd : 0);

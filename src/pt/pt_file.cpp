@@ -109,8 +109,9 @@ std::unique_ptr<PtFile> load_pt_like(const std::string& path, const PtFile& like
 bool PtFile::same_record(const Tensor& t) const {
   if (!like) return true;
   std::string why;
-  const ZipEntry* rec = stored_record(*records, t.storage_key, t.storage_numel * element_size(t.dtype), why);
-  return rec && records->data_offset(*rec) == t.record_offset;
+  const StorageRecord& r = t.record();
+  const ZipEntry* rec = stored_record(*records, r.key, r.numel * element_size(t.dtype), why);
+  return rec && records->data_offset(*rec) == r.offset;
 }
 
 }  // namespace zm::pt

@@ -34,44 +34,24 @@ struct Bytes {
 
 struct Record {
   std::string name;
-  std::string inline_data;         // small records
-  const Tensor* tensor = nullptr;  // storage records
-  uint64_t sized = 0;              // a record of this many bytes whose content is not laid out (pt_size)
-  uint64_t size() const { return tensor ? tensor->write_bytes() : sized ? sized : inline_data.size(); }
+  std::string inline_data;               // small records
+  const VirtualFile* storage = nullptr;  // storage records (null: an empty one)
+  uint64_t sized = 0;                    // a record of this many bytes whose content is not laid out (pt_size)
+  uint64_t size() const { return storage ? storage->size() : sized ? sized : inline_data.size(); }
 };
 
 uint32_t record_crc(const Record& r, const ExtentReader* src) {
   if (!src || r.size() == 0) return 0;
-  if (!r.tensor) return crc32(r.inline_data.data(), r.inline_data.size());
+  if (!r.storage) return crc32(r.inline_data.data(), r.inline_data.size());
   uint32_t crc = 0;
   std::string buf(1 << 20, '\0');
-  for (const Extent& e : r.tensor->data) {
-    for (uint64_t at = 0; at < e.length;) {
-      const size_t n = size_t(std::min<uint64_t>(buf.size(), e.length - at));
-      if (e.file == kZeroFill)
-        std::fill_n(buf.data(), n, '\0');
-      else if (e.file == kComputedBytes)
-        r.tensor->computed.at(e.offset)->read(at, buf.data(), n, *src);
-      else
-        src->pread(e.file, e.offset + at, buf.data(), n);
-      crc = crc32(buf.data(), n, crc);
-      at += n;
-    }
+  for (uint64_t at = 0; at < r.storage->size();) {
+    const size_t n = r.storage->read(at, buf.data(), buf.size(), *src);
+    crc = crc32(buf.data(), n, crc);
+    at += n;
   }
   return crc;
 }
-
-}  // namespace
-
-void append_piece(VirtualFile& vf, const Tensor& t, const Extent& e) {
-  if (e.file == kZeroFill) return vf.append_zero(e.length);
-  if (e.file != kComputedBytes) return vf.append_extent(e);
-  const auto& c = t.computed.at(e.offset);
-  if (c->size() != e.length) throw Error("pt writer: a computed piece's size does not match its extent");
-  vf.append_computed(c);
-}
-
-namespace {
 
 // The records of a .pt file in torch.save's order: the pickle, byteorder, each storage, version.
 // `storage(k)` makes storage key k's record.
@@ -142,11 +122,10 @@ uint64_t lay_out(const std::vector<Record>& recs, const PtOptions& opts, Virtual
     h.s += lx.s;
     if (vf) {
       vf->append_inline(h.s);
-      if (r.tensor) {
-        for (const Extent& e : r.tensor->data) append_piece(*vf, *r.tensor, e);
-      } else {
+      if (r.storage)
+        vf->append(*r.storage);
+      else
         vf->append_inline(r.inline_data);
-      }
     }
     uint64_t end_of_record = pos + h.s.size() + size;
     if (size) {
@@ -222,12 +201,12 @@ VirtualFile build_pt(const Node* root, const PtOptions& opts) {
   const auto recs =
       records(std::move(p.pickle), pickle_bytes, p.storages.size(), opts, [&](size_t k, std::string name) {
         const Tensor* t = p.storages[k];
-        uint64_t have = 0;
-        for (const Extent& e : t->data) have += e.length;
+        const VirtualFile* bytes = t->made().bytes.get();
+        const uint64_t have = bytes ? bytes->size() : 0;
         if (have != t->write_bytes())
-          throw Error("pt writer: tensor needs " + std::to_string(t->write_bytes()) + " bytes, its extents hold " +
+          throw Error("pt writer: tensor needs " + std::to_string(t->write_bytes()) + " bytes, its storage holds " +
                       std::to_string(have));
-        return Record{std::move(name), {}, t};
+        return Record{std::move(name), {}, bytes};
       });
   VirtualFile vf;
   lay_out(recs, opts, &vf);

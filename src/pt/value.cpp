@@ -8,7 +8,6 @@
 
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
-#include "zeromount/pt/virtual_file.h"
 
 namespace zm::pt {
 
@@ -42,10 +41,14 @@ void block_free(void* p, size_t bytes) noexcept {
     ::munmap(p, mapped_bytes(bytes));
 }
 
-void Tensor::append_computed(std::shared_ptr<const Computed> c) {
-  const uint64_t n = c->size();
-  data.push_back({kComputedBytes, computed.size(), n});
-  computed.push_back(std::move(c));
+VirtualFile& Tensor::bytes() {
+  MadeStorage& m = made();
+  if (!m.bytes) m.bytes = std::make_shared<VirtualFile>();
+  return *m.bytes;
+}
+
+uint64_t Tensor::write_numel() const {
+  return std::max(made().storage_numel, numel());
 }
 
 uint64_t numel(const std::vector<int64_t>& shape) {
@@ -267,7 +270,7 @@ void render(std::string& out, const Node* n, int depth, int max_depth) {
       out += n->s + "." + n->s2;
       return;
     case Kind::Storage:
-      out += "storage(" + n->tensor->storage_key + ")";
+      out += "storage(" + n->tensor->record().key + ")";
       return;
     case Kind::Tensor: {
       out += "tensor " + std::string(dtype_name(n->tensor->dtype)) + "[";

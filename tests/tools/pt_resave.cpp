@@ -17,7 +17,9 @@ void attach(const zm::pt::Node* n, int depth) {
   if (n->kind == zm::pt::Kind::Tensor) {
     zm::pt::Tensor& t = *n->tensor;
     if (!t.contiguous()) throw zm::Error("strided tensors are not supported by this tool");
-    t.data = {{0, t.byte_offset(), t.nbytes()}};
+    const zm::pt::Extent e{0, t.byte_offset(), t.nbytes()};
+    t.storage = zm::pt::MadeStorage{};
+    t.bytes().append_extent(e);
   }
   for (const auto* c : n->items) attach(c, depth + 1);
   for (const auto& [k, v] : n->entries) attach(v, depth + 1);

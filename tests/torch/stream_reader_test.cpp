@@ -28,7 +28,7 @@ void expect_torch_agrees(const std::string& path) {
   std::function<void(const pt::Node*, int)> walk = [&](const pt::Node* n, int depth) {
     if (!n || depth > 64) return;
     if (n->kind == pt::Kind::Tensor) {
-      EXPECT_EQ(reader.getRecordOffset("data/" + n->tensor->storage_key), n->tensor->record_offset);
+      EXPECT_EQ(reader.getRecordOffset("data/" + n->tensor->record().key), n->tensor->record().offset);
     }
     for (const auto* c : n->items) walk(c, depth + 1);
     for (const auto& [k, v] : n->entries) walk(v, depth + 1);

@@ -168,7 +168,11 @@ void rewrite_pt(const std::string& path, const std::function<void(pt::Arena&, No
     const Node* n = todo.back();
     todo.pop_back();
     if (!n || !seen.insert(n).second) continue;
-    if (n->kind == pt::Kind::Tensor) n->tensor->data = {{0, n->tensor->byte_offset(), n->tensor->nbytes()}};
+    if (n->kind == pt::Kind::Tensor) {  // its bytes become those of its record in the original
+      const pt::Extent e{0, n->tensor->byte_offset(), n->tensor->nbytes()};
+      n->tensor->storage = pt::MadeStorage{};
+      n->tensor->bytes().append_extent(e);
+    }
     for (const Node* c : n->items) todo.push_back(c);
     for (const auto& [k, v] : n->entries) todo.push_back(v);
     todo.insert(todo.end(), {n->state, n->args, n->callee});

@@ -356,7 +356,7 @@ TEST(RankModelFiles, ARankWithRankZerosPickleKeepsItsOwnBytes) {
     const std::string buffer = probe.buffers[0].name, frozen = probe.frozen[0].name;
     if (moved) {
       auto pt = pt::load_pt(r1);
-      const std::string key = ds::Field(pt->root, r1)["module"][buffer].as_tensor().storage_key;
+      const std::string key = ds::Field(pt->root, r1)["module"][buffer].as_tensor().record().key;
       const pt::ZipReader zip(pt->file);
       const uint64_t at = zip.find("data/" + key)->local_header + 28;  // the extra field's length
       std::string bytes = read_file(r1);

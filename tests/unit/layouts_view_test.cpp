@@ -212,10 +212,11 @@ class Comparer {
     }
     // Storage sharing: views of one storage in the real file are views of one storage here.
     EXPECT_EQ(a.storage_offset, b.storage_offset) << path;
-    EXPECT_EQ(a.storage_numel, b.storage_numel) << path;
-    auto [ia, fa] = storage_pairs_.try_emplace(a.storage_key, b.storage_key);
-    auto [ib, fb] = storage_pairs_back_.try_emplace(b.storage_key, a.storage_key);
-    EXPECT_TRUE(ia->second == b.storage_key && ib->second == a.storage_key) << path << ": storage sharing differs";
+    const pt::StorageRecord &ra = a.record(), &rb = b.record();
+    EXPECT_EQ(ra.numel, rb.numel) << path;
+    auto [ia, fa] = storage_pairs_.try_emplace(ra.key, rb.key);
+    auto [ib, fb] = storage_pairs_back_.try_emplace(rb.key, ra.key);
+    EXPECT_TRUE(ia->second == rb.key && ib->second == ra.key) << path << ": storage sharing differs";
     const std::string va = tensor_bytes(ours_, a), vb = tensor_bytes(real_, b);
     ASSERT_EQ(va.size(), vb.size()) << path;
     const auto mask = z3_ ? z3_->mask(path, a.numel()) : std::nullopt;

@@ -24,7 +24,7 @@ using view::View;
 // The storage record of a tensor: all of it (a vocabulary cut keeps its padding rows there).
 std::string storage_bytes(const pt::PtFile& f, const pt::Tensor& t) {
   pt::Tensor whole = t;
-  whole.shape = {int64_t(t.storage_numel)};
+  whole.shape = {int64_t(t.record().numel)};
   whole.stride = {1};
   whole.storage_offset = 0;
   return tensor_bytes(f, whole);
@@ -39,7 +39,7 @@ void expect_same(const pt::PtFile& ours, const pt::Node* a, const pt::PtFile& th
   }
   EXPECT_EQ(a->tensor->shape, b->tensor->shape) << what;
   EXPECT_EQ(a->tensor->stride, b->tensor->stride) << what;
-  EXPECT_EQ(a->tensor->storage_numel, b->tensor->storage_numel) << what;
+  EXPECT_EQ(a->tensor->record().numel, b->tensor->record().numel) << what;
   EXPECT_EQ(a->tensor->requires_grad, b->tensor->requires_grad) << what;
   EXPECT_TRUE(storage_bytes(ours, *a->tensor) == storage_bytes(theirs, *b->tensor)) << what;
 }

@@ -559,8 +559,8 @@ TEST(TpMergeFixture, EqualsDsToUniversal) {
         // Vocabulary: the saved view is (37, 16) over the whole padded merge (§10.3).
         const ds::VocabCut v = ds::vocab_cut(shape, 37, p.name);
         EXPECT_EQ(t.shape, v.shape);
-        EXPECT_EQ(t.storage_numel, v.storage_numel);
-        EXPECT_EQ(ref->file.read_string(t.record_offset, t.storage_numel * 4, "storage"), ours);
+        EXPECT_EQ(t.record().numel, v.storage_numel);
+        EXPECT_EQ(ref->file.read_string(t.record().offset, t.record().numel * 4, "storage"), ours);
         continue;
       }
       EXPECT_EQ(t.shape, shape);

@@ -33,7 +33,7 @@ Node* tensor(pt::Arena& a, std::vector<int64_t> shape, std::vector<pt::Extent> d
   pt::Tensor t;
   t.dtype = dt;
   t.shape = std::move(shape);
-  t.data = std::move(data);
+  for (const pt::Extent& e : data) t.bytes().append_extent(e);
   return a.make_tensor_node(std::move(t));
 }
 
@@ -62,7 +62,7 @@ TEST(PtWriter, RoundTripsTensorsFromExtents) {
   EXPECT_EQ(p->tensor->shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(p->tensor->stride, (std::vector<int64_t>{3, 1}));
   EXPECT_EQ(tensor_bytes(*f, *p->tensor), data.substr(40, 12) + data.substr(4, 12));
-  EXPECT_EQ(p->tensor->record_offset % 64, 0u);
+  EXPECT_EQ(p->tensor->record().offset % 64, 0u);
   EXPECT_EQ(f->root->get("cat_dim")->i, 0);
   EXPECT_EQ(tensor_bytes(*f, *f->root->get("step")->tensor), data.substr(96, 4));
 }
@@ -148,9 +148,9 @@ TEST(PtWriter, Zip64PastFourGiB) {
   const pt::Tensor& big = *f->root->get("big")->tensor;
   const pt::Tensor& small = *f->root->get("small")->tensor;
   EXPECT_EQ(big.nbytes(), (uint64_t(1) << 32) + 100);
-  EXPECT_EQ(big.record_offset % 64, 0u);
-  EXPECT_GT(small.record_offset, uint64_t(1) << 32);
-  EXPECT_EQ(small.record_offset % 64, 0u);
+  EXPECT_EQ(big.record().offset % 64, 0u);
+  EXPECT_GT(small.record().offset, uint64_t(1) << 32);
+  EXPECT_EQ(small.record().offset % 64, 0u);
   unlink(path.c_str());
 }
 

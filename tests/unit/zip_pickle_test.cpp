@@ -21,8 +21,8 @@ void check_tensors(const pt::Node* n, uint64_t file_size, int depth, size_t& cou
   if (n->kind == pt::Kind::Tensor) {
     ++count;
     const pt::Tensor& t = *n->tensor;
-    EXPECT_LE(t.record_offset + t.storage_numel * pt::element_size(t.dtype), file_size);
-    EXPECT_EQ(t.record_offset % 64, 0u) << "torch.save aligns records to 64 bytes";
+    EXPECT_LE(t.record().offset + t.record().numel * pt::element_size(t.dtype), file_size);
+    EXPECT_EQ(t.record().offset % 64, 0u) << "torch.save aligns records to 64 bytes";
   }
   for (const auto* c : n->items) check_tensors(c, file_size, depth + 1, count);
   for (const auto& [k, v] : n->entries) check_tensors(v, file_size, depth + 1, count);

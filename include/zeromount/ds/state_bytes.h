@@ -15,9 +15,9 @@ namespace zm::ds {
 // Where a shard extent of the index is read from (the view maps shard ids to its file table).
 using ExtentMap = std::function<pt::Extent(const pt::Extent&)>;
 
-// The storage of `p`'s state `state` (its universal tensor) as `out`'s data (and the computed
-// pieces they name): the whole merged storage of a parallel parameter, Param::merged_numel
-// elements (a vocabulary tensor keeps its padding [tp §10.3]).
+// The storage of `p`'s state `state` (its universal tensor) appended to `out`'s bytes: the whole
+// merged storage of a parallel parameter, Param::merged_numel elements (a vocabulary tensor keeps
+// its padding [tp §10.3]).
 void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentMap& map, pt::Tensor& out);
 // The same cut to p.shape (p.numel elements: a vocabulary cut is a prefix), appended to `f`.
 void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentMap& map, pt::VirtualFile& f);

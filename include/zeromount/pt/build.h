@@ -29,22 +29,14 @@ Node* str_list(Arena& a, const std::vector<std::string>& v);
 Node* torch_size(Arena& a, const std::vector<int64_t>& dims);
 // An object as protocol 2 pickles a dataclass: NEWOBJ of the class, then BUILD of its __dict__.
 Node* new_object(Arena& a, std::string_view module, std::string_view cls, const Node* state);
-// A tensor whose bytes are `data` (extents, zero fill, computed pieces: virtual_file.h).
-Node* tensor(Arena& a, DType dtype, std::vector<int64_t> shape, std::vector<Extent> data);
+// A tensor whose storage is `bytes` (file ranges, zero fill, computed pieces: virtual_file.h).
+Node* tensor(Arena& a, DType dtype, std::vector<int64_t> shape, VirtualFile bytes);
 
-// Bytes [from, from + length) of `file` appended to `out`'s data, piece for piece: source ranges
-// stay source ranges, computed pieces are computed in part. A DCP chunk is rows of a tensor that
-// is served whole elsewhere.
-void slice_data(const VirtualFile& file, uint64_t from, uint64_t length, Tensor& out);
-// A tensor's data as it is assembled: source extents, zero fill and computed pieces.
+// A tensor's bytes as they are assembled: source extents, zero fill and values in another dtype.
 struct Fill {
   Tensor& t;
-  void bytes(const Extent& e) {
-    if (e.length) t.data.push_back(e);
-  }
-  void zero(uint64_t n) {
-    if (n) t.data.push_back({kZeroFill, 0, n});
-  }
+  void bytes(const Extent& e) { t.bytes().append_extent(e); }
+  void zero(uint64_t n) { t.bytes().append_zero(n); }
   // `numel` elements stored as `source` in dtype `from`, in the tensor's dtype: another dtype is
   // computed when read (a 16-bit module weight made from its fp32 master [layouts §4.1]).
   void values(std::vector<Extent> source, DType from, uint64_t numel);

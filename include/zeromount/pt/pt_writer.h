@@ -1,6 +1,6 @@
 #pragma once
 // Lays out a .pt file exactly as torch.save does (stored zip, 64-byte aligned records, data
-// descriptors, zip64 end records) from a value tree whose tensors carry source extents.
+// descriptors, zip64 end records) from a value tree whose tensors carry their storages' bytes.
 // Every header byte and the total size depend only on names and sizes, never on tensor bytes.
 #include <cstdint>
 #include <string>
@@ -32,9 +32,6 @@ struct PtRecords {
 PtRecords pt_records(const Node* root);  // emits the pickle once to measure it
 // The size build_pt(root, opts) has for a root of these records, without building it.
 uint64_t pt_size(const PtRecords& records, const PtOptions& opts);
-
-// Appends one piece of a tensor's data (value.h): file bytes, zero fill or computed bytes.
-void append_piece(VirtualFile& vf, const Tensor& t, const Extent& e);
 
 // Writes the real CRC-32 of every record into a .pt file written out from a VirtualFile (its
 // central directory and data descriptors), so that `unzip -t` and Python's zipfile accept it.

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "zeromount/pt/dtype.h"
@@ -20,40 +21,53 @@
 
 namespace zm::pt {
 
-// Writer only: Extent::file values that name no file. A made-up tensor may mix source bytes,
-// zero padding and computed bytes (a precision change) without holding any of them in memory.
-inline constexpr uint32_t kZeroFill = 0xFFFFFFFFu;       // `length` zero bytes
-inline constexpr uint32_t kComputedBytes = 0xFFFFFFFEu;  // Tensor::computed[offset], `length` bytes
-
 struct Node;
+struct Tensor;
 
-// A tensor as _rebuild_tensor_v2 describes it. Offsets and strides are in elements.
+// Reader: the record of a .pt file that holds a decoded tensor's storage.
+struct StorageRecord {
+  std::string key;      // names the record data/<key>
+  uint64_t numel = 0;   // from the persistent id; record size = numel * element_size
+  uint64_t offset = 0;  // file offset of the record's first byte
+};
+
+// Writer: the storage a made-up tensor is saved with: its own bytes, or those of another tensor.
+struct MadeStorage {
+  // The storage's bytes, made of pieces (file ranges, zero fill, bytes computed on read: a
+  // precision change, a tensor-parallel merge), so that none is held in memory. Held apart, so
+  // that a decoded tensor carries no segment table; a copied tensor shares them.
+  std::shared_ptr<VirtualFile> bytes;
+  // A view (shape, storage_offset) into the storage of `storage_of`, whose bytes are written
+  // once, as torch saves views of one flat buffer.
+  const Tensor* storage_of = nullptr;
+  // A storage longer than the shape (a vocabulary cut keeps its padding rows); 0 = numel().
+  uint64_t storage_numel = 0;
+};
+
+// A tensor as _rebuild_tensor_v2 describes it. Offsets and strides are in elements. A decoded
+// pickle's tensors name their storage record; a tree being written makes its tensors' storages.
 struct Tensor {
   DType dtype = DType::F32;
+  bool requires_grad = false;
   std::vector<int64_t> shape, stride;
   int64_t storage_offset = 0;
-  bool requires_grad = false;
-  std::string storage_key;      // names the record data/<key>
-  uint64_t storage_numel = 0;   // from the persistent id; record size = numel * element_size
-  uint64_t record_offset = 0;   // reader: file offset of the record's first byte
-  std::vector<Extent> data;     // writer: where the bytes come from, in order
   const Node* attrs = nullptr;  // state of _rebuild_from_type_v2 (stage 3 ds_id), if any
-  // Writer: this tensor is a view (shape, storage_offset) into the storage of `storage_of`, whose
-  // own data are written once, as torch saves views of one flat buffer.
-  const Tensor* storage_of = nullptr;
-  // Writer: a storage longer than the shape (a vocabulary cut keeps its padding rows); 0 = numel().
-  uint64_t write_storage_numel = 0;
-  std::vector<std::shared_ptr<const Computed>> computed;  // writer: what kComputedBytes extents name
+  std::variant<MadeStorage, StorageRecord> storage;
+
+  const StorageRecord& record() const { return std::get<StorageRecord>(storage); }
+  const MadeStorage& made() const { return std::get<MadeStorage>(storage); }
+  MadeStorage& made() { return std::get<MadeStorage>(storage); }
+  // Writer: the bytes of the tensor's own storage, to append to.
+  VirtualFile& bytes();
 
   uint64_t numel() const;
   bool contiguous() const;
   uint64_t nbytes() const { return numel() * element_size(dtype); }
-  uint64_t write_numel() const { return write_storage_numel > numel() ? write_storage_numel : numel(); }
-  uint64_t write_bytes() const { return write_numel() * element_size(dtype); }  // the storage record
-  // Writer: appends bytes computed on read (a precision change, a tensor-parallel merge).
-  void append_computed(std::shared_ptr<const Computed> c);
-  // Byte offset of element 0 in the source file (reader side).
-  uint64_t byte_offset() const { return record_offset + uint64_t(storage_offset) * element_size(dtype); }
+  // Writer: the elements and bytes of the storage record its own storage is saved as.
+  uint64_t write_numel() const;
+  uint64_t write_bytes() const { return write_numel() * element_size(dtype); }
+  // Reader: byte offset of element 0 in the source file.
+  uint64_t byte_offset() const { return record().offset + uint64_t(storage_offset) * element_size(dtype); }
 };
 
 // The number of elements of a tensor of `shape` (1 for a 0-d tensor); throws FormatError when a
@@ -119,7 +133,7 @@ struct Node {
   const Node* callee = nullptr;                              // Object
   const Node* args = nullptr;                                // Object
   const Node* state = nullptr;  // Object BUILD state; also BUILD on a Dict (state_dict _metadata)
-  Tensor* tensor = nullptr;     // Tensor; Storage (dtype, key, numel only)
+  Tensor* tensor = nullptr;     // Tensor; Storage (dtype and record only)
   DictIndex index;              // Dict: lookups by key
 
   bool is(Kind k) const { return kind == k; }

@@ -1,7 +1,7 @@
 #pragma once
 // A file described, not stored: inline header bytes, ranges of source files, zero fill and
 // bytes computed on read. Its size is exact before any source byte is read, and a read touches
-// only what it overlaps.
+// only what it overlaps. A made-up tensor's storage is one too (value.h, MadeStorage).
 #include <cstddef>
 #include <cstdint>
 #include <memory>

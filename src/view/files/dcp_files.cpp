@@ -92,8 +92,9 @@ DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
       auto [at, fresh] = item_bytes.try_emplace({w.dtype, c.sizes});
       if (fresh) {
         pt::Arena a;
-        const uint64_t bytes = pt::numel(c.sizes) * pt::element_size(w.dtype);  // zeros of its size, to measure it
-        Node* n = build::tensor(a, w.dtype, c.sizes, {{pt::kZeroFill, 0, bytes}});
+        pt::VirtualFile zeros;  // of its size, to measure it
+        zeros.append_zero(pt::numel(c.sizes) * pt::element_size(w.dtype));
+        Node* n = build::tensor(a, w.dtype, c.sizes, std::move(zeros));
         at->second = pt::pt_size(pt::pt_records(n), opts);
       }
       c.file = file;
@@ -258,9 +259,9 @@ pt::VirtualFile DcpPlan::build(size_t file) const {
         from = uint64_t(piece.first_row) * row_bytes(w.shape, w.dtype);
         length = uint64_t(piece.rows) * row_bytes(w.shape, w.dtype);
       }
-      Node* n = build::tensor(a, w.dtype, shape, {});
-      build::slice_data(whole, from, length, *n->tensor);
-      node = n;
+      pt::VirtualFile rows;
+      rows.append(whole, from, length);
+      node = build::tensor(a, w.dtype, shape, std::move(rows));
     }
     out.append(pt::build_pt(node, opts));
   }

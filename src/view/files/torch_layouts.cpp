@@ -87,9 +87,7 @@ pt::VirtualFile torch_optimizer_file(const MountedTag& t) {
         if (!ix.has(param, k)) continue;  // a Muon group keeps momentum_buffer, the other Adam's moments
         pt::VirtualFile whole;
         ds::state_bytes(*t.index, param, k, map, whole);
-        Node* tensor = build::tensor(a, ix.master_dtype, param.shape, {});
-        build::slice_data(whole, 0, whole.size(), *tensor->tensor);
-        build::add(s, a, ix.state_names[k], tensor);
+        build::add(s, a, ix.state_names[k], build::tensor(a, ix.master_dtype, param.shape, std::move(whole)));
       }
       state->entries.emplace_back(a.make_int(id), s);
     }
