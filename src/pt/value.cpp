@@ -43,7 +43,12 @@ void block_free(void* p, size_t bytes) noexcept {
 
 VirtualFile& Tensor::bytes() {
   MadeStorage& m = made();
-  if (!m.bytes) m.bytes = std::make_shared<VirtualFile>();
+  // A copied tensor shares its pieces (a copy is cheap); the first append gives it its own, so
+  // that appending to one tensor never changes another (trees are built by one thread).
+  if (!m.bytes)
+    m.bytes = std::make_shared<VirtualFile>();
+  else if (m.bytes.use_count() > 1)
+    m.bytes = std::make_shared<VirtualFile>(*m.bytes);
   return *m.bytes;
 }
 

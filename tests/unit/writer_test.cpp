@@ -172,6 +172,22 @@ TEST(PtWriter, OptionalRealCrc) {
             pt::crc32(zip.read(*zip.find("data.pkl"), 1 << 20).data(), zip.find("data.pkl")->size));
 }
 
+// A copy of a made tensor shares its pieces until one of them appends; then each has its own, as
+// when a tensor's pieces were a vector held by value.
+TEST(PtWriter, ACopiedTensorsBytesAreItsOwnOnceItAppends) {
+  pt::Tensor a;
+  a.shape = {2};
+  a.bytes().append_zero(4);
+  pt::Tensor b = a;
+  EXPECT_EQ(b.made().bytes, a.made().bytes) << "a copy shares";
+  b.bytes().append_zero(4);
+  EXPECT_EQ(a.made().bytes->size(), 4u) << "the original is unchanged";
+  EXPECT_EQ(b.made().bytes->size(), 8u);
+  a.bytes().append_zero(4);
+  EXPECT_EQ(a.made().bytes->size(), 8u);
+  EXPECT_EQ(b.made().bytes->size(), 8u);
+}
+
 TEST(PickleWriter, EveryValueKindRoundTrips) {
   pt::Arena a;
   Node* root = pt::build::ordered_dict(a);
