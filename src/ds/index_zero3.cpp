@@ -149,8 +149,10 @@ void read_rank_model_files(TagIndex& index, ShardSet& shards, const TagFiles& fi
     const bool own_tree = r > 0 && !model.pt->like;
     for (const PlainTensor& b : index.buffers) {
       const Field t = module[b.name];
-      if (own_tree && t.as_tensor().shape != b.shape) t.fail("buffer shape differs from rank 0's");
-      if (own_tree) require_dtype(t, b.dtype, "rank 0's buffer " + b.name);
+      if (own_tree) {
+        if (t.as_tensor().shape != b.shape) t.fail("buffer shape differs from rank 0's");
+        require_dtype(t, b.dtype, "rank 0's buffer " + b.name);
+      }
       mine.push_back(
           PlainTensor{b.name, b.dtype, b.shape, {ShardSet::slice(t, model.id, 0, b.numel(), "buffer " + b.name)}});
     }

@@ -88,11 +88,6 @@ std::shared_ptr<const ModelSkeleton> model_skeleton(const TagIndex& ix, const st
   return sk;
 }
 
-uint64_t ModelSkeleton::bytes() const {
-  return sizeof(*this) + module_keys.capacity() * sizeof(std::string_view) + arena.size() * sizeof(Node) +
-         refusal.capacity();
-}
-
 pt::DType lp_dtype(Precision p) {
   return p == Precision::Fp32 ? pt::DType::F32 : p == Precision::Bf16 ? pt::DType::BF16 : pt::DType::F16;
 }

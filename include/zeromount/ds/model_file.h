@@ -29,7 +29,6 @@ struct ModelSkeleton {
   // Why no target can present this source (an entry of 'module' the index does not know, or no
   // 'module' at all); empty when every target can.
   std::string refusal;
-  uint64_t bytes() const;  // what it keeps beyond the index, roughly
 };
 
 // The skeleton of `model_root`, the tag's decoded model-state pickle, which may be let go after.
