@@ -75,10 +75,19 @@ void VirtualFile::append_computed(std::shared_ptr<const pt::Computed> c) {
   size_ += n;
 }
 
+std::vector<Segment>::const_iterator VirtualFile::segment_at(uint64_t offset) const {
+  auto it =
+      std::upper_bound(segs_.begin(), segs_.end(), offset, [](uint64_t o, const Segment& s) { return o < s.start; });
+  return --it;  // segments tile [0, size_) and offset < size_
+}
+
 void VirtualFile::append(const VirtualFile& from, uint64_t at, uint64_t n) {
   const uint64_t end = at + n;
   if (end < at || end > from.size()) throw Error("a slice past the end of its file", EIO);
-  for (const Segment& s : from.segs_) {
+  if (n == 0) return;
+  // From the segment holding `at`: a DCP chunk is a few rows of a tensor of many pieces.
+  for (auto it = from.segment_at(at); it != from.segs_.end() && it->start < end; ++it) {
+    const Segment& s = *it;
     const uint64_t lo = std::max(at, s.start), hi = std::min(end, s.start + s.length);
     if (lo >= hi) continue;
     const uint64_t within = lo - s.start, take = hi - lo;
@@ -110,9 +119,7 @@ size_t VirtualFile::memory_bytes() const {
 size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ExtentReader& src) const {
   if (offset >= size_) return 0;
   n = size_t(std::min<uint64_t>(n, size_ - offset));
-  auto it =
-      std::upper_bound(segs_.begin(), segs_.end(), offset, [](uint64_t o, const Segment& s) { return o < s.start; });
-  --it;  // the segment holding `offset`; segments tile [0, size_)
+  auto it = segment_at(offset);
   auto* out = static_cast<char*>(buf);
   size_t done = 0;
   for (; done < n && it != segs_.end(); ++it) {

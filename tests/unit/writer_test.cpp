@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <random>
+
 #include "helpers.h"
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/crc32.h"
@@ -186,6 +189,63 @@ TEST(PtWriter, ACopiedTensorsBytesAreItsOwnOnceItAppends) {
   a.bytes().append_zero(4);
   EXPECT_EQ(a.made().bytes->size(), 8u);
   EXPECT_EQ(b.made().bytes->size(), 8u);
+}
+
+// VirtualFile::append of any range of a file of every kind of piece reads as that range of the
+// original, whose content is built beside it as a string.
+TEST(VirtualFileAppend, AnyRangeReadsAsThatRangeOfTheOriginal) {
+  struct Mem : pt::ExtentReader {
+    std::string file;
+    void pread(uint32_t, uint64_t offset, void* buf, size_t n) const override { memcpy(buf, file.data() + offset, n); }
+  } mem;
+  struct Text : pt::Computed {
+    std::string s;
+    explicit Text(std::string t) : s(std::move(t)) {}
+    uint64_t size() const override { return s.size(); }
+    void read(uint64_t offset, void* out, size_t n, const pt::ExtentReader&) const override {
+      memcpy(out, s.data() + offset, n);
+    }
+  };
+  std::mt19937_64 rng(7);
+  for (int k = 0; k < 256; ++k) mem.file.push_back(char(rng()));
+  pt::VirtualFile f;
+  std::string expect;
+  for (int k = 0; k < 60; ++k) {
+    const size_t n = 1 + rng() % 23;
+    std::string b;
+    switch (rng() % 4) {
+      case 0:
+        b.assign(n, char('a' + k % 26));
+        f.append_inline(b);
+        break;
+      case 1: {
+        const uint64_t off = rng() % (mem.file.size() - n);
+        f.append_extent({0, off, n});
+        b = mem.file.substr(off, n);
+        break;
+      }
+      case 2:
+        f.append_zero(n);
+        b.assign(n, '\0');
+        break;
+      default:
+        for (size_t j = 0; j < n; ++j) b.push_back(char(rng()));
+        f.append_computed(std::make_shared<Text>(b));
+    }
+    expect += b;
+  }
+  ASSERT_EQ(f.size(), expect.size());
+  for (int t = 0; t < 500; ++t) {
+    const uint64_t at = rng() % (expect.size() + 1), n = rng() % (expect.size() - at + 1);
+    pt::VirtualFile g;
+    g.append_inline("<");
+    g.append(f, at, n);
+    std::string got(g.size(), '\0');
+    ASSERT_EQ(g.read(0, got.data(), got.size(), mem), got.size());
+    ASSERT_EQ(got, "<" + expect.substr(at, n)) << at << " + " << n;
+  }
+  pt::VirtualFile past;
+  EXPECT_THROW(past.append(f, 1, f.size()), Error);
 }
 
 TEST(PickleWriter, EveryValueKindRoundTrips) {

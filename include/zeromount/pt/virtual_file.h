@@ -72,6 +72,8 @@ class VirtualFile {
   size_t read(uint64_t offset, void* buf, size_t n, const ExtentReader& src) const;
 
  private:
+  // The segment holding byte `offset` (< size()).
+  std::vector<Segment>::const_iterator segment_at(uint64_t offset) const;
   std::vector<Segment> segs_;
   std::string blob_;
   std::vector<std::shared_ptr<const pt::Computed>> computed_;
