@@ -29,6 +29,7 @@
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
 #include "zeromount/view/export.h"
+#include "zeromount/view/files/torch_layouts.h"
 #include "zeromount/view/provider.h"
 
 namespace zm::cli {
@@ -107,7 +108,49 @@ int inspect_run(const std::string& ckpt, const std::vector<std::pair<std::string
 
 }  // namespace
 
+// inspect --layout fsdp-dp<W> | torch: what layouts/<name> holds, file by file, as the mount and
+// export show it (its plans are the view's, so the view is loaded).
+int inspect_torch_layout(const std::string& ckpt, bool json, const std::string& name) {
+  view::ViewOptions vo;
+  vo.rescan_seconds = 0;
+  const auto v = view::View::load(ckpt, vo);
+  const view::Inode* layouts = v->lookup(view::Tree::kRoot, vo.layouts_dir);
+  const view::Inode* top = layouts ? v->lookup(layouts->ino, name) : nullptr;
+  if (!top) {
+    std::string why = v->errors_text();
+    throw Error(ckpt + ": no " + vo.layouts_dir + "/" + name + " here" + (why.empty() ? "" : ":\n" + why), ENOENT);
+  }
+  std::vector<std::pair<std::string, uint64_t>> files;
+  const auto walk = [&](auto&& self, const view::Inode& dir, const std::string& rel) -> void {
+    for (auto e = v->dir_entry(dir, 2); e; e = v->dir_entry(dir, e->next)) {
+      const std::string path = rel.empty() ? e->node->name : rel + "/" + e->node->name;
+      if (e->node->is_dir())
+        self(self, *e->node, path);
+      else if (e->node->is_file())
+        files.emplace_back(path, uint64_t(v->attr(*e->node).st_size));
+    }
+  };
+  walk(walk, *top, "");
+  uint64_t total = 0;
+  for (const auto& f : files) total += f.second;
+  std::string o;
+  if (json) {
+    o = "{\"layout\": " + pt::json_escape(name) + ", \"bytes\": " + std::to_string(total) + ", \"files\": [";
+    for (size_t k = 0; k < files.size(); ++k)
+      o += std::string(k ? ", " : "") + "{\"path\": " + pt::json_escape(files[k].first) +
+           ", \"size\": " + std::to_string(files[k].second) + "}";
+    o += "]}\n";
+  } else {
+    o = vo.layouts_dir + "/" + name + ": " + std::to_string(files.size()) + " files, " + pt::human_bytes(total) + "\n";
+    for (const auto& [path, size] : files)
+      o += "  " + pt::pad(path, 40) + " " + pt::lpad(pt::with_commas(size), 16) + "\n";
+  }
+  std::cout << o;
+  return 0;
+}
+
 int inspect(const std::string& ckpt, const std::string& tag, bool json, const std::string& layout) {
+  if (!layout.empty() && view::parse_torch_layout(layout)) return inspect_torch_layout(ckpt, json, layout);
   const auto target = layout.empty() ? std::nullopt : std::optional(layout_named("--layout", layout));
   const ds::CheckpointDir dir = ds::scan_checkpoint(ckpt);
   // A run folder's tag is named by its path below it, as --html names it: checkpoint-4/global_step4.
@@ -169,7 +212,7 @@ void cancel_export(int) {
 
 int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads,
                 const std::string& layout) {
-  if (!layout.empty()) layout_named("--layout", layout);  // before the load, which takes a while
+  if (!layout.empty()) check_layout_name("--layout", layout);  // before the load, which takes a while
   if (layout.empty() && what != "all") {
     std::string kinds;
     bool known = false;

@@ -18,8 +18,11 @@ class UsageError : public Error {
 // The target `name` stands for; `option` ("--layout", "-o layouts") names where it was given.
 // Throws UsageError with the grammar for any other spelling.
 ds::TargetLayout layout_named(const std::string& option, const std::string& name);
+// Any name layouts/ serves: a ZeRO target (layout_named) or a torch layout (fsdp-dp<W>, torch).
+void check_layout_name(const std::string& option, const std::string& name);
 
-// With `layout`: the partition table of that target (layout_table.cpp) instead of the index summary.
+// With `layout`: the partition table of that target (layout_table.cpp) instead of the index summary;
+// for a torch layout (fsdp-dp<W>, torch), the files of layouts/<layout> with their sizes.
 int inspect(const std::string& ckpt, const std::string& tag, bool json, const std::string& layout = {});
 // inspect --html OUT: the report page a mount of `ckpt` shows, written to `out`: tag `tag`'s
 // (<T>_params/report.html; "checkpoint-2/global_step2" for a tag in a folder below), or without

@@ -11,6 +11,7 @@
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
+#include "zeromount/view/files/torch_layouts.h"
 
 namespace zm::cli {
 
@@ -71,6 +72,10 @@ ds::TargetLayout layout_named(const std::string& option, const std::string& name
   const auto target = ds::parse_target(name);
   if (!target) throw UsageError(option + ": '" + name + "' is not a layout name: " + std::string(ds::kTargetGrammar));
   return *target;
+}
+
+void check_layout_name(const std::string& option, const std::string& name) {
+  if (!view::parse_torch_layout(name)) layout_named(option, name);
 }
 
 std::string layout_table(const ds::TagIndex& ix, const ds::TargetLayout& target) {

@@ -234,12 +234,7 @@ std::string listing(const std::string& dir) {
 }
 
 uint64_t pickle_hash(const std::string& path) {
-  pt::File f(path);
-  pt::ZipReader zip(f);
-  const pt::ZipEntry* pkl = zip.find("data.pkl");
-  if (!pkl) throw FormatError(path + ": no data.pkl");
-  const std::string bytes = zip.read(*pkl, f.size());
-  return pt::hash_bytes(bytes.data(), bytes.size());
+  return pt::pickle_hash(pt::File(path));
 }
 
 bool still_valid(const TagIndex& ix) {

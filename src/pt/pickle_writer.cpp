@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "pickle_ops.h"
 #include "zeromount/pt/error.h"
 
 namespace zm::pt {
@@ -64,85 +65,36 @@ class Emitter {
  private:
   std::string& w() { return out_.pickle; }
   void u8(uint8_t v) { w().push_back(char(v)); }
-  void le(uint64_t v, int n) {
-    char b[8];
-    for (int k = 0; k < n; ++k) b[k] = char(uint8_t(v >> (8 * k)));
-    w().append(b, size_t(n));
-  }
 
   // CPython's memo: BINPUT after each memoizable object, BINGET when it recurs.
   void memoize(const void* key) {
     const uint32_t idx = next_memo_++;
     memo_.insert(key, idx);
-    put(idx);
+    ops::put(w(), idx);
   }
   // The memo entry of an object that exists only during this emission (a fresh tuple in Python):
   // it takes an index, as CPython's BINPUT does, but can never be found again.
-  void memoize_fresh() { put(next_memo_++); }
-  void put(uint32_t idx) { memo_op('q', 'r', idx); }  // BINPUT, LONG_BINPUT
+  void memoize_fresh() { ops::put(w(), next_memo_++); }
   bool get(const void* key) {
     const uint32_t* idx = memo_.find(key);
     if (!idx) return false;
-    binget(*idx);
+    ops::get(w(), *idx);
     return true;
   }
-  void binget(uint32_t idx) { memo_op('h', 'j', idx); }  // BINGET, LONG_BINGET
-  // A memo opcode: its one-byte form for the first 256 entries, its four-byte form after.
-  void memo_op(uint8_t one_byte, uint8_t four_bytes, uint32_t idx) {
-    if (idx < 256) {
-      u8(one_byte);
-      u8(uint8_t(idx));
-    } else {
-      u8(four_bytes);
-      le(idx, 4);
-    }
-  }
-
-  void save_int(int64_t v) {
-    if (v >= 0 && v < 256) {
-      u8('K');
-      u8(uint8_t(v));
-    } else if (v >= 0 && v < 65536) {
-      u8('M');
-      le(uint64_t(v), 2);
-    } else if (v >= INT32_MIN && v <= INT32_MAX) {
-      u8('J');
-      le(uint64_t(v), 4);
-    } else {
-      // LONG1: minimal little-endian two's complement, as pickle's encode_long.
-      std::string b;
-      uint64_t u = uint64_t(v);
-      for (int k = 0; k < 8; ++k) b.push_back(char(u >> (8 * k)));
-      while (b.size() > 1 && ((b.back() == 0 && !(uint8_t(b[b.size() - 2]) & 0x80)) ||
-                              (uint8_t(b.back()) == 0xFF && (uint8_t(b[b.size() - 2]) & 0x80))))
-        b.pop_back();
-      u8(0x8a);
-      u8(uint8_t(b.size()));
-      w() += b;
-    }
-  }
-  void save_str_raw(const std::string& s) {
-    u8('X');
-    le(s.size(), 4);
-    w() += s;
-  }
+  void save_int(int64_t v) { ops::integer(w(), v); }
   void save_str(const void* key, const std::string& s) {
     if (get(key)) return;
-    save_str_raw(s);
+    ops::str(w(), s);
     memoize(key);
   }
   void save_global(std::string_view module, std::string_view name) {
     // Globals are class objects in Python: one memo entry each, keyed by name. A file has a
     // handful of distinct globals, so a linear search beats hashing a concatenated key.
     for (const Global& g : globals_)
-      if (g.module == module && g.name == name) return binget(g.memo);
-    u8('c');
-    w() += module == "builtins" ? std::string_view("__builtin__") : module;
-    u8('\n');
-    w() += name;
-    u8('\n');
+      if (g.module == module && g.name == name) return ops::get(w(), g.memo);
+    ops::global(w(), module == "builtins" ? std::string_view("__builtin__") : module, name);
     const uint32_t idx = next_memo_++;
-    put(idx);
+    ops::put(w(), idx);
     globals_.push_back({std::string(module), std::string(name), idx});
   }
   void empty_tuple() { u8(')'); }

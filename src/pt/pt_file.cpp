@@ -15,6 +15,14 @@ uint64_t hash_bytes(const void* data, size_t n) {
   return XXH3_64bits(data, n);
 }
 
+uint64_t pickle_hash(const File& file) {
+  const ZipReader zip(file);
+  const ZipEntry* pkl = zip.find("data.pkl");
+  if (!pkl) throw FormatError(file.path() + ": no data.pkl");
+  const std::string bytes = zip.read(*pkl, file.size());
+  return hash_bytes(bytes.data(), bytes.size());
+}
+
 uint64_t hash_range(const File& file, uint64_t offset, uint64_t n) {
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
   if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) throw Error("out of memory hashing " + file.path(), ENOMEM);

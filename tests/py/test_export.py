@@ -124,3 +124,56 @@ def test_export_layout_takes_a_layout_name_and_no_view(tmp_path):
     r = export(src, tmp_path / "o", "--layout", "zero3-dp4-fp32", "--view", "fp32")
     assert r.returncode == 2 and "--view" in r.stderr and "--layout" in r.stderr, r.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("layout", ["fsdp-dp2", "fsdp-dp3", "torch"])
+def test_export_writes_the_torch_layouts_as_the_mount_shows_them(tmp_path, layout):
+    """--layout takes every name layouts/ serves (issue 40): the FSDP and plain-Trainer folders too,
+    for a container without FUSE. The export holds the mount's files, byte for byte, and the
+    weights are DeepSpeed's own zero_to_fp32 output read by an independent reader."""
+    import dcp_reader
+    from conftest import mount
+    name = "z2_ws2_fp32_pg2"
+    src = os.path.join(FIXTURES, name, "checkpoint")
+    out = tmp_path / "o"
+    r = export(src, out, "--layout", layout)
+    assert r.returncode == 0, r.stderr
+    with mount(src) as m:
+        made = f"{m}/layouts/{layout}"
+        for root, _, files in os.walk(made):
+            for f in files:
+                rel = os.path.relpath(os.path.join(root, f), made)
+                mounted = open(os.path.join(root, f), "rb").read()
+                if f.endswith(".pt"):  # an exported .pt has real CRC-32s, the mount's are 0
+                    assert (out / rel).stat().st_size == len(mounted), rel
+                else:
+                    assert (out / rel).read_bytes() == mounted, rel
+    theirs = read_safetensors(os.path.join(FIXTURES, name, "zero_to_fp32", "model.safetensors"))
+    if layout == "torch":
+        ours = read_safetensors(out / "model.safetensors")
+        assert all(ours[k].tobytes() == theirs[k].tobytes() for k in theirs)
+        osd = torch.load(out / "optimizer.pt", weights_only=False)
+        assert set(osd) == {"state", "param_groups"} and len(osd["state"]) == 9
+        return
+    _, model = dcp_reader.load(str(out / "pytorch_model_fsdp_0"))
+    for k, t in theirs.items():
+        assert model[f"model.{k}"].numpy().tobytes() == t.tobytes(), k
+    _, optim = dcp_reader.load(str(out / "optimizer_0"))
+    assert any(k.endswith(".exp_avg_sq") for k in optim)
+
+
+def test_inspect_layout_lists_a_torch_layouts_files(tmp_path):
+    src = os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint")
+    r = subprocess.run([ZEROMOUNT, "inspect", src, "--layout", "fsdp-dp3", "--json"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    import json
+    j = json.loads(r.stdout)
+    assert export(src, tmp_path / "o", "--layout", "fsdp-dp3").returncode == 0
+    on_disk = {os.path.relpath(os.path.join(d, f), tmp_path / "o"): os.path.getsize(os.path.join(d, f))
+               for d, _, fs in os.walk(tmp_path / "o") for f in fs}
+    assert j["layout"] == "fsdp-dp3" and {f["path"]: f["size"] for f in j["files"]} == on_disk
+    assert j["bytes"] == sum(on_disk.values())
+    text = subprocess.run([ZEROMOUNT, "inspect", src, "--layout", "torch"], capture_output=True, text=True,
+                          timeout=120)
+    assert text.returncode == 0 and "optimizer.pt" in text.stdout and "model.safetensors" in text.stdout, text.stderr

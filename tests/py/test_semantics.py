@@ -175,6 +175,25 @@ def operations(m, tmp):
                 return errno.errorcode.get(got, str(got))
             return None if want is None and open(target, "rb").read() == before else "other bytes"
 
+    def chmod_changing_nothing(want):
+        # `chmod -R a+rX` and `touch -a` on a shared checkpoint: the ctime moves, mode, owner and
+        # links stay (issue 40): the pickle is hashed again and reads go on.
+        src = private_copy("chmod-same")
+        shard = os.path.join(src, TAG, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
+        with mount(src) as m2:
+            target = os.path.join(m2, f"{TAG}_universal", "zero", "fc1.weight", "fp32.pt")
+            before = open(target, "rb").read()
+            st = os.stat(shard)
+            os.chmod(shard, stat.S_IMODE(st.st_mode))
+            os.utime(shard, ns=(st.st_atime_ns + 10**9, st.st_mtime_ns))
+            if os.stat(shard).st_ctime_ns == st.st_ctime_ns:
+                return "the ctime did not move: nothing was checked"
+            got = errno_of(lambda: open(os.path.join(m2, f"{TAG}_universal", "zero", "fc1.weight", "exp_avg.pt"),
+                                        "rb").read())
+            if got:
+                return errno.errorcode.get(got, str(got))
+            return None if want is None and open(target, "rb").read() == before else "other bytes"
+
     def replaced_shard(want):
         src = private_copy("replaced")
         shard = os.path.join(src, TAG, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
@@ -233,6 +252,7 @@ def operations(m, tmp):
         "read of a file built from a shard that changed (size, mtime or inode) since the mount": changed_shard,
         "read of a file built from a shard that was deleted or replaced since the mount": replaced_shard,
         "read of a file built from a shard after a chmod or a hard link of it": chmod_linked_shard,
+        "read of a file built from a shard after a `chmod` or `touch -a` that changes nothing": chmod_changing_nothing,
         "lookup at the top level after a tag is saved into SRC": new_tag,
         "read of `latest` after the next save rewrites it": rewritten_latest,
     }

@@ -42,6 +42,9 @@ std::unique_ptr<PtFile> load_pt(const std::string& path, const PickleLimits& lim
 std::unique_ptr<PtFile> load_pt_like(const std::string& path, const PtFile& like);
 // XXH3-64 of a byte range: how the index cache recognises a pickle without decoding it again.
 uint64_t hash_bytes(const void* data, size_t n);
+// XXH3-64 of `file`'s data.pkl, as PtFile::pickle_hash: whether a file whose ctime moved still
+// holds the pickle it was indexed with. Throws FormatError when it has none.
+uint64_t pickle_hash(const File& file);
 // XXH3-64 of bytes [offset, offset + n) of `file`, read 1 MiB at a time: two copies of a tensor
 // compared without holding either.
 uint64_t hash_range(const File& file, uint64_t offset, uint64_t n);

@@ -28,7 +28,8 @@ class FileTable : public pt::ExtentReader {
   // Registers a file (once per path) and returns its id. Only stats it: nothing is opened.
   uint32_t add(const std::string& path);
   // Throws ESTALE if the file no longer has the identity it had at add() (size, mtime, inode, and
-  // ctime unless a chmod, chown or link explains it), and the open error (EACCES, ENOENT, ...) if it cannot be opened.
+  // a ctime that moved alone only if its pickle changed too), and the open error (EACCES, ENOENT,
+  // ...) if it cannot be opened.
   void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const override;
   const std::string& path(uint32_t file) const { return entry(file).path; }
   const struct stat& stat(uint32_t file) const { return entry(file).st; }
@@ -36,8 +37,9 @@ class FileTable : public pt::ExtentReader {
   size_t open_count() const;
   // Bytes served from the real files so far (for .zeromount/stats).
   uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
-  // Checks a file against an identity recorded earlier (by the indexer).
-  void expect(uint32_t file, uint64_t size, int64_t mtime_ns, uint64_t inode) const;
+  // Checks a file against an identity recorded earlier (by the indexer), and keeps the XXH3 of its
+  // pickle (0: none) to tell a chmod from an overwrite that restored the mtime.
+  void expect(uint32_t file, uint64_t size, int64_t mtime_ns, uint64_t inode, uint64_t pickle_hash = 0) const;
 
  private:
   struct Entry {
@@ -47,6 +49,8 @@ class FileTable : public pt::ExtentReader {
     mutable std::list<uint32_t>::iterator lru;     // position in open_lru_ while open
     mutable std::atomic<int64_t> path_checked_ns{0};
     mutable std::atomic<bool> network{false};  // on a network filesystem or object-storage client
+    mutable std::atomic<uint64_t> pickle_hash{0};
+    mutable std::atomic<int64_t> ctime_accepted{-1};  // a later ctime whose file kept its pickle
     // Network files: a descriptor per sequential reader (guarded by mu_), since an object-storage
     // client keeps one range stream per open file and a read away from its position opens another.
     struct Stream {
@@ -59,6 +63,7 @@ class FileTable : public pt::ExtentReader {
   const Entry& entry(uint32_t id) const;
   std::shared_ptr<const pt::File> descriptor(uint32_t id) const;
   void check(const Entry& e, const pt::File& f) const;
+  void verify(const Entry& e, const pt::File& f, const struct stat& now) const;
   void read_network(const Entry& e, const std::shared_ptr<const pt::File>& shared, uint64_t offset, void* buf,
                     size_t n) const;
   std::vector<std::unique_ptr<Entry>> files_;  // guarded by table_mu_; the entries never move

@@ -1,6 +1,7 @@
 #include "zeromount/view/file_table.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <time.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "zeromount/ds/source_dir.h"
 #include "zeromount/ds/source_fs.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/pt/pt_file.h"
 
 namespace zm::view {
 
@@ -24,14 +26,23 @@ int64_t ctime_ns(const struct stat& s) {
   return int64_t(s.st_ctim.tv_sec) * 1000000000 + s.st_ctim.tv_nsec;
 }
 
-// What a rewrite changes: size, mtime, inode. And ctime, since an in-place overwrite can restore
-// the mtime but never the ctime; yet a chmod, chown or hard link moves the ctime too, without
-// changing a byte, so a new ctime counts only where no such change of the inode explains it.
-bool same_identity(const struct stat& a, const struct stat& b) {
-  const bool metadata_changed =
-      a.st_mode != b.st_mode || a.st_uid != b.st_uid || a.st_gid != b.st_gid || a.st_nlink != b.st_nlink;
-  return a.st_size == b.st_size && pt::mtime_ns(a) == pt::mtime_ns(b) &&
-         (ctime_ns(a) == ctime_ns(b) || metadata_changed) && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+// What a rewrite changes: size, mtime, inode. A ctime that moved alone is either a change of the
+// inode's metadata (a chmod, chown or link, even one that sets what was there: `chmod -R a+rX`,
+// `touch -a`) or an overwrite that put the mtime back: FileTable::check tells them apart by the
+// pickle.
+enum class Identity { Same, CtimeMoved, Changed };
+Identity compare(const struct stat& was, const struct stat& now, int64_t ctime_accepted) {
+  if (was.st_size != now.st_size || pt::mtime_ns(was) != pt::mtime_ns(now) || was.st_ino != now.st_ino ||
+      was.st_dev != now.st_dev)
+    return Identity::Changed;
+  const bool metadata_changed = was.st_mode != now.st_mode || was.st_uid != now.st_uid || was.st_gid != now.st_gid ||
+                                was.st_nlink != now.st_nlink;
+  if (ctime_ns(was) == ctime_ns(now) || ctime_ns(now) == ctime_accepted || metadata_changed) return Identity::Same;
+  return Identity::CtimeMoved;
+}
+
+[[noreturn]] void stale(const std::string& path) {
+  throw Error(where(path, "changed since it was mounted; remount to see the new checkpoint"), ESTALE);
 }
 
 }  // namespace
@@ -69,10 +80,37 @@ size_t FileTable::size() const {
   return files_.size();
 }
 
-void FileTable::expect(uint32_t file, uint64_t size, int64_t mtime, uint64_t inode) const {
-  const struct stat& s = entry(file).st;
+void FileTable::expect(uint32_t file, uint64_t size, int64_t mtime, uint64_t inode, uint64_t pickle_hash) const {
+  const Entry& e = entry(file);
+  const struct stat& s = e.st;
   if (uint64_t(s.st_size) != size || pt::mtime_ns(s) != mtime || uint64_t(s.st_ino) != inode)
     throw Error(where(path(file), "changed while it was being indexed"), ESTALE);
+  e.pickle_hash.store(pickle_hash, std::memory_order_relaxed);
+}
+
+void FileTable::verify(const Entry& e, const pt::File& f, const struct stat& now) const {
+  switch (compare(e.st, now, e.ctime_accepted.load(std::memory_order_relaxed))) {
+    case Identity::Same:
+      return;
+    case Identity::Changed:
+      stale(e.path);
+    case Identity::CtimeMoved: {
+      // Nothing of the inode explains the new ctime: the pickle it was indexed with decides (the
+      // tensors' bytes are not hashed: an overwrite of tensor bytes alone that restores the mtime
+      // is not seen, as README says). Once per new ctime.
+      const uint64_t want = e.pickle_hash.load(std::memory_order_relaxed);
+      uint64_t got = 0;
+      try {
+        got = want ? pt::pickle_hash(f) : 0;
+      } catch (const FormatError&) {  // no longer a zip; an I/O error stays one
+        stale(e.path);
+      }
+      if (!want || got != want) stale(e.path);
+      e.ctime_accepted.store(ctime_ns(now), std::memory_order_relaxed);
+      spdlog::info("{}: its ctime moved and its pickle did not: reads go on", e.path);
+      return;
+    }
+  }
 }
 
 size_t FileTable::open_count() const {
@@ -91,8 +129,7 @@ std::shared_ptr<const pt::File> FileTable::descriptor(uint32_t id) const {
   }
   // Opened outside the lock: an open can block (NFS, a slow disk) and must not stall other reads.
   auto f = std::make_shared<const pt::File>(e.path);
-  if (!same_identity(f->stat(), e.st))
-    throw Error(where(e.path, "changed since it was mounted; remount to see the new checkpoint"), ESTALE);
+  verify(e, *f, f->stat());
   // On a network or object-storage client, the kernel's readahead past an extent is bytes fetched
   // for nothing (a gap between one rank's pieces) and breaks the client's sequential stream into
   // a new range request: read exactly the extents asked for (bench/README.md, remote.py).
@@ -116,12 +153,16 @@ std::shared_ptr<const pt::File> FileTable::descriptor(uint32_t id) const {
 
 void FileTable::check(const Entry& e, const pt::File& f) const {
   struct stat now;
-  if (fstat(f.fd(), &now) != 0 || !same_identity(now, e.st))
-    throw Error(where(e.path, "changed since it was mounted; remount to see the new checkpoint"), ESTALE);
+  if (fstat(f.fd(), &now) != 0) stale(e.path);
+  verify(e, f, now);
   // A file replaced by rename keeps our descriptor on the old inode; notice it at most every 100 ms.
   const int64_t t = now_ns();
   if (t - e.path_checked_ns.load(std::memory_order_relaxed) > 100'000'000) {
-    if (::stat(e.path.c_str(), &now) != 0 || now.st_ino != e.st.st_ino || now.st_dev != e.st.st_dev)
+    // A source that does not answer (a network client whose backend went away) is an I/O error,
+    // never "changed": only a path that now names another inode, or none, is.
+    const int err = ::stat(e.path.c_str(), &now) == 0 ? 0 : errno;
+    if (err && err != ENOENT) throw Error(where(e.path, std::string("cannot stat: ") + strerror(err)), EIO);
+    if (err == ENOENT || now.st_ino != e.st.st_ino || now.st_dev != e.st.st_dev)
       throw Error(where(e.path, "was replaced since it was mounted; remount to see the new checkpoint"), ESTALE);
     e.path_checked_ns.store(t, std::memory_order_relaxed);
   }
@@ -150,8 +191,7 @@ void FileTable::read_network(const Entry& e, const std::shared_ptr<const pt::Fil
   try {
     if (!f) {
       f = std::make_shared<const pt::File>(e.path);
-      if (!same_identity(f->stat(), e.st))
-        throw Error(where(e.path, "changed since it was mounted; remount to see the new checkpoint"), ESTALE);
+      verify(e, *f, f->stat());
       ::posix_fadvise(f->fd(), 0, 0, POSIX_FADV_RANDOM);
     }
     constexpr size_t kStep = 128 << 10;  // the FUSE clients' max_read: larger reads go out in parallel

@@ -165,7 +165,7 @@ const MountedTag& View::Folder::add_tag(const std::string& tag, bool* cache_hit)
   std::vector<Access> shard_access, folder_access;
   for (const auto& s : ix->shards) {
     const uint32_t id = files.add(s.path);
-    files.expect(id, s.size, s.mtime_ns, s.inode);
+    files.expect(id, s.size, s.mtime_ns, s.inode, s.pickle_hash);
     mt->file_of_shard.push_back(id);
     shard_access.push_back(access_of(files.stat(id)));
     reach(s.path, shard_access);

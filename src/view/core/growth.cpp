@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "growth.h"
@@ -295,6 +298,26 @@ std::string View::errors_text(const Caller& who) const {
   return text;
 }
 
+namespace {
+
+// The daemon's resident memory now and at its highest (the kernel's VmRSS and VmHWM): a lookup's
+// transient peak shows here even after the memory is given back.
+uint64_t status_kib(const char* key) {
+  std::ifstream in("/proc/self/status");
+  const size_t n = strlen(key);
+  for (std::string line; std::getline(in, line);)
+    if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':') return std::stoull(line.substr(n + 1));
+  return 0;
+}
+uint64_t rss_bytes() {
+  return status_kib("VmRSS") << 10;
+}
+uint64_t peak_rss_bytes() {
+  return status_kib("VmHWM") << 10;
+}
+
+}  // namespace
+
 std::string View::stats_text(const Caller& who) const {
   const Growth& g = *growth_;
   size_t served = 0, refused = 0;
@@ -318,7 +341,8 @@ std::string View::stats_text(const Caller& who) const {
                   std::to_string(g.tags_deleted) + "\nbytes_from_shards " + std::to_string(files_.bytes_read()) +
                   "\nrequests " + std::to_string(requests) + "\ninodes " + std::to_string(inodes) + "\nplans_kept " +
                   std::to_string(plan_weight().entries.load(std::memory_order_relaxed)) + "\nplan_bytes " +
-                  std::to_string(plan_weight().bytes.load(std::memory_order_relaxed)) + "\n";
+                  std::to_string(plan_weight().bytes.load(std::memory_order_relaxed)) + "\nrss_bytes " +
+                  std::to_string(rss_bytes()) + "\npeak_rss_bytes " + std::to_string(peak_rss_bytes()) + "\n";
   for (const auto& [reader, c] : g.readers)  // another user's processes are theirs to know
     if (const uint64_t bytes = c->bytes.load(std::memory_order_relaxed);
         bytes && (who.uid == 0 || reader.first == who.uid))

@@ -15,19 +15,12 @@ namespace zm::view {
 
 namespace build = pt::build;
 using pt::Node;
-using Source = DcpPlan::Source;
 
 namespace {
 
 uint64_t row_bytes(const std::vector<int64_t>& shape, pt::DType dtype) {
   return pt::numel(std::vector<int64_t>(shape.begin() + 1, shape.end())) * pt::element_size(dtype);
 }
-
-// A tensor of the plan, whole: its type and shape.
-struct Shape {
-  pt::DType dtype;
-  std::vector<int64_t> shape;
-};
 
 }  // namespace
 
@@ -62,86 +55,56 @@ DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
   if (const std::string why = dcp_size_refusal(t, shape, &weights); !why.empty())
     throw Error(ix.dir + ": " + why, EFBIG);
   const int files = std::max(shape.world, 1);
-  pieces_.resize(size_t(files));
   sizes_.assign(size_t(files), 0);
-  std::vector<std::string> names;
-  for (int r = 0; r < files; ++r) names.push_back(pt::dcp::data_file_name(r));
-  std::vector<pt::dcp::Item> items;
+  at_.reserve(size_t(dcp_chunks(t, shape, &weights)));
   const pt::PtOptions opts = t.pt_options("archive");  // FileSystemWriter torch.save()s each item into an open file
 
-  // Chunks of a tensor: whole in file 0, or cut where FSDP2 shards dim 0 at `world` ranks.
-  std::map<std::pair<pt::DType, std::vector<int64_t>>, uint64_t> item_bytes;  // by chunk type and shape
-  const auto place = [&](uint32_t src, uint32_t file, int64_t first, int64_t rows, uint64_t length) {
-    pieces_[file].push_back({src, first, rows});
-    const uint64_t at = sizes_[file];
+  // A tensor's chunks: whole in file 0, or cut where FSDP2 shards dim 0 at `world` ranks. An
+  // item's length depends on its chunk's type and shape only: measured once per kind.
+  std::map<std::pair<pt::DType, std::vector<int64_t>>, uint64_t> item_bytes;
+  const auto place = [&](uint32_t file, uint64_t length) {
+    at_.push_back({sizes_[file], length});
     sizes_[file] += length;
-    return at;
   };
-  const auto tensor = [&](Source s, const Shape& w) {
-    const auto src = uint32_t(sources_.size());
-    sources_.push_back(s);
-    std::vector<pt::dcp::Chunk> chunks;
-    const auto chunk = [&](uint32_t file, int64_t first, int64_t rows) {
+  const auto tensor = [&](Source s, pt::DType dtype, const std::vector<int64_t>& shape_) {
+    Placed p{s, dtype, &shape_, !shape_.empty() && files > 1, 1, at_.size()};
+    if (p.cut && shape_[0] > 0) {  // the ranks that get rows: torch.chunk leaves the last ones empty
+      const int64_t each = (shape_[0] + files - 1) / files;
+      p.chunks = uint32_t((shape_[0] + each - 1) / each);
+    }
+    sources_.push_back(p);
+    for (uint32_t k = 0; k < p.chunks; ++k) {
       pt::dcp::Chunk c;
-      c.sizes = w.shape;
-      c.offsets.assign(w.shape.size(), 0);
-      if (rows >= 0) {
-        c.sizes[0] = rows;
-        c.offsets[0] = first;
-      }
-      auto [at, fresh] = item_bytes.try_emplace({w.dtype, c.sizes});
+      chunk_of(p, k, c);
+      auto [at, fresh] = item_bytes.try_emplace({dtype, c.sizes});
       if (fresh) {
         pt::Arena a;
         pt::VirtualFile zeros;  // of its size, to measure it
-        zeros.append_zero(pt::numel(c.sizes) * pt::element_size(w.dtype));
-        Node* n = build::tensor(a, w.dtype, c.sizes, std::move(zeros));
-        at->second = pt::pt_size(pt::pt_records(n), opts);
+        zeros.append_zero(pt::numel(c.sizes) * pt::element_size(dtype));
+        at->second = pt::pt_size(pt::pt_records(build::tensor(a, dtype, c.sizes, std::move(zeros))), opts);
       }
-      c.file = file;
-      c.length = at->second;
-      c.offset = place(src, file, first, rows, c.length);
-      chunks.push_back(std::move(c));
-    };
-    if (w.shape.empty() || files == 1) {
-      chunk(0, 0, -1);
-    } else {
-      for (int r = 0; r < files; ++r)
-        if (const auto rows = pt::dcp::fsdp_rows(w.shape[0], files, r); rows.n > 0)
-          chunk(uint32_t(r), rows.first, rows.n);
-      if (chunks.empty()) chunk(0, 0, 0);  // a tensor of 0 rows: one empty chunk
+      place(c.file, at->second);
     }
-    return chunks;
+    return uint32_t(sources_.size() - 1);
   };
-  const auto object = [&](Source s, const Node* value) {
-    const auto src = uint32_t(sources_.size());
-    sources_.push_back(s);
-    pt::dcp::Chunk c;
-    c.length = pt::pt_size(pt::pt_records(value), opts);
-    c.offset = place(src, 0, 0, -1, c.length);
-    return std::vector<pt::dcp::Chunk>{c};
+  const auto object = [&](Source s, const std::vector<int64_t>* tensor_shape, pt::DType dtype) {
+    sources_.push_back({s, dtype, tensor_shape, false, 1, at_.size()});
+    pt::Arena a;
+    place(0, pt::pt_size(pt::pt_records(object_node(a, s)), opts));
+    return uint32_t(sources_.size() - 1);
   };
-  const auto add = [&](std::string fqn, std::vector<std::variant<std::string, int64_t>> path, bool is_tensor,
-                       const Shape* w, const std::vector<pt::dcp::Chunk>& chunks) {
-    pt::dcp::Item it;
-    it.fqn = std::move(fqn);
-    it.path = std::move(path);
-    it.tensor = is_tensor;
-    if (w) {
-      it.dtype = w->dtype;
-      it.size = w->shape;
-    }
-    it.chunks = chunks;
-    items.push_back(std::move(it));
+  const auto add = [&](Entry::Name name, uint32_t source, uint32_t a = 0, uint32_t b = 0, uint32_t c = 0) {
+    entries_.push_back({name, source, a, b, c});
   };
 
   if (shape.model) {
-    std::vector<std::vector<pt::dcp::Chunk>> chunks(weights.size());
-    for (size_t k = 0; k < weights.size(); ++k) {
+    std::vector<uint32_t> source_of(weights.size());
+    for (uint32_t k = 0; k < weights.size(); ++k) {
       const WeightTensor& w = weights[k];
-      const Shape s{w.dtype, *w.shape};
-      chunks[k] = w.shares != SIZE_MAX ? chunks.at(w.shares) : tensor({Source::Model, uint32_t(k)}, s);
-      add("model." + *w.name, {"model", *w.name}, true, &s, chunks[k]);
-      if (shape.torchtitan) add(*w.name, {*w.name}, true, &s, chunks[k]);
+      model_.push_back({w.name, w.shape, w.dtype});
+      source_of[k] = w.shares != SIZE_MAX ? source_of.at(w.shares) : tensor({Source::Model, k}, w.dtype, *w.shape);
+      add(Entry::Model, source_of[k], k);
+      if (shape.torchtitan) add(Entry::ModelTop, source_of[k], k);
     }
   }
   if (shape.optimizer) {
@@ -149,56 +112,115 @@ DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
     // Before its first step an optimizer has no state, but a loader's fresh torch Adam asks for
     // zeros and step 0 (get_state_dict makes them): serve those, as the next step would start.
     const bool fresh_adam = !ix.has_state();
+    static const std::vector<int64_t> kScalar;
     for (uint32_t g = 0; g < groups_.size(); ++g) {
       const ds::TorchGroup& group = groups_[g];
       for (uint32_t p : group.params) {
         const ds::Param& param = ix.params[p];
-        const std::string at = "optimizer.state." + param.name + ".";
-        const Shape moment{ix.master_dtype, param.shape};
         for (uint32_t k = 1; k < ix.state_names.size(); ++k)
           if (ix.has(param, k))  // a Muon group keeps momentum_buffer, the other Adam's moments
-            add(at + ix.state_names[k], {"optimizer", "state", param.name, ix.state_names[k]}, true, &moment,
-                tensor({Source::State, p, k}, moment));
+            add(Entry::State, tensor({Source::State, p, k}, ix.master_dtype, param.shape), p, k);
         for (uint32_t k = 0; k < ix.scalar_names.size() && param.step >= 0; ++k) {
           const ds::StepValue& v = ix.scalars.at(size_t(param.step)).at(k);
           if (v.kind == ds::StepValue::None) continue;
-          const Shape s{v.dtype, v.shape};
-          const std::vector<std::variant<std::string, int64_t>> path{"optimizer", "state", param.name,
-                                                                     ix.scalar_names[k]};
           // Kept whole, as stored ('step' is a 0-d tensor for torch's Adam, a number for others).
-          pt::Arena a;
-          auto chunks = object({Source::Scalar, p, k}, ds::step_value_node(a, v, t.mapper()));
-          if (v.kind == ds::StepValue::Tensor) {
-            chunks[0].sizes = v.shape;
-            chunks[0].offsets.assign(v.shape.size(), 0);
-          }
-          add(at + ix.scalar_names[k], path, v.kind == ds::StepValue::Tensor, &s, chunks);
+          add(Entry::Scalar,
+              object({Source::Scalar, p, k}, v.kind == ds::StepValue::Tensor ? &v.shape : nullptr, v.dtype), p, k);
         }
         if (fresh_adam) {
-          const Shape zeros{pt::DType::F32, param.shape}, step{pt::DType::F32, {}};
-          for (const char* k : {"exp_avg", "exp_avg_sq"})
-            add(at + k, {"optimizer", "state", param.name, k}, true, &zeros, tensor({Source::Zeros, p, 0}, zeros));
-          add(at + "step", {"optimizer", "state", param.name, "step"}, true, &step,
-              tensor({Source::Zeros, p, 1}, step));
+          for (uint32_t which : {0u, 1u})  // exp_avg, exp_avg_sq
+            add(Entry::Fresh, tensor({Source::Zeros, p, 0}, pt::DType::F32, param.shape), p, which);
+          add(Entry::Fresh, tensor({Source::Zeros, p, 1}, pt::DType::F32, kScalar), p, 2);
         }
       }
-      const std::string at = "optimizer.param_groups." + std::to_string(g) + ".";
       for (uint32_t k = 0; k < group.hypers.size(); ++k) {
-        const auto& [name, value] = group.hypers[k];
-        const auto chunks = object({Source::Hyper, g, k}, value);
-        add(at + name, {"optimizer", "param_groups", int64_t(g), name}, false, nullptr, chunks);
+        const uint32_t src = object({Source::Hyper, g, k}, nullptr, pt::DType::F32);
+        add(Entry::Hyper, src, g, k);
         if (shape.torchtitan)  // flatten_optimizer_state_dict: every hyper-parameter per parameter name
-          for (uint32_t p : group.params) {
-            const std::string key = "param_groups." + ix.params[p].name + "." + name;
-            add("optimizer." + key, {"optimizer", key}, false, nullptr, chunks);
-          }
+          for (uint32_t p : group.params) add(Entry::HyperFlat, src, g, k, p);
       }
-      pt::Arena a;
-      add(at + "params", {"optimizer", "param_groups", int64_t(g), "params"}, false, nullptr,
-          object({Source::Names, g, 0}, names_node(a, g)));
+      add(Entry::Names, object({Source::Names, g, 0}, nullptr, pt::DType::F32), g);
     }
   }
-  metadata_ = pt::dcp::metadata(items, names);
+  layout_ = pt::dcp::layout_metadata(*this);
+}
+
+pt::dcp::Rows DcpPlan::rows_of(const Placed& p, size_t k) const {
+  return pt::dcp::fsdp_rows((*p.shape)[0], world(), int(k));
+}
+
+void DcpPlan::chunk_of(const Placed& p, size_t k, pt::dcp::Chunk& out) const {
+  out.offsets.clear();
+  out.sizes.clear();
+  out.file = 0;
+  if (p.shape) {
+    out.sizes = *p.shape;
+    out.offsets.assign(p.shape->size(), 0);
+  }
+  if (p.cut) {
+    const pt::dcp::Rows rows = rows_of(p, k);
+    out.offsets[0] = rows.first;
+    out.sizes[0] = rows.n;
+    out.file = rows.n > 0 ? uint32_t(k) : 0;  // a tensor of 0 rows: one empty chunk in file 0
+  }
+  if (p.first + k < at_.size()) {
+    out.offset = at_[p.first + k].offset;
+    out.length = at_[p.first + k].length;
+  }
+}
+
+void DcpPlan::chunk(size_t i, size_t k, pt::dcp::Chunk& out) const {
+  chunk_of(sources_.at(entries_.at(i).source), k, out);
+}
+
+void DcpPlan::item(size_t i, pt::dcp::Item& out, size_t& chunk_count) const {
+  const ds::TagIndex& ix = *tag_->index;
+  const Entry& e = entries_.at(i);
+  const Placed& p = sources_.at(e.source);
+  out.tensor = p.shape != nullptr;
+  out.dtype = p.dtype;
+  out.size = p.shape ? *p.shape : std::vector<int64_t>{};
+  chunk_count = p.chunks;
+  static constexpr const char* kFresh[] = {"exp_avg", "exp_avg_sq", "step"};
+  const auto state = [&](const std::string& param, const std::string& k) {
+    out.fqn = "optimizer.state." + param + "." + k;
+    out.path = {"optimizer", "state", param, k};
+  };
+  const auto hyper = [&]() -> const std::string& { return groups_.at(e.a).hypers.at(e.b).first; };
+  switch (e.name) {
+    case Entry::Model:
+      out.fqn = "model." + *model_.at(e.a).name;
+      out.path = {"model", *model_[e.a].name};
+      return;
+    case Entry::ModelTop:
+      out.fqn = *model_.at(e.a).name;
+      out.path = {out.fqn};
+      return;
+    case Entry::State:
+      return state(ix.params.at(e.a).name, ix.state_names.at(e.b));
+    case Entry::Scalar:
+      return state(ix.params.at(e.a).name, ix.scalar_names.at(e.b));
+    case Entry::Fresh:
+      return state(ix.params.at(e.a).name, kFresh[e.b]);
+    case Entry::Hyper:
+      out.fqn = "optimizer.param_groups." + std::to_string(e.a) + "." + hyper();
+      out.path = {"optimizer", "param_groups", int64_t(e.a), hyper()};
+      return;
+    case Entry::HyperFlat: {
+      const std::string key = "param_groups." + ix.params.at(e.c).name + "." + hyper();
+      out.fqn = "optimizer." + key;
+      out.path = {"optimizer", key};
+      return;
+    }
+    case Entry::Names:
+      out.fqn = "optimizer.param_groups." + std::to_string(e.a) + ".params";
+      out.path = {"optimizer", "param_groups", int64_t(e.a), "params"};
+      return;
+  }
+}
+
+pt::VirtualFile DcpPlan::metadata(const std::shared_ptr<const DcpPlan>& plan) {
+  return pt::dcp::metadata_file(plan, plan->layout_);
 }
 
 const Node* DcpPlan::names_node(pt::Arena& a, uint32_t group) const {
@@ -207,11 +229,24 @@ const Node* DcpPlan::names_node(pt::Arena& a, uint32_t group) const {
   return build::str_list(a, names);
 }
 
+const Node* DcpPlan::object_node(pt::Arena& a, const Source& s) const {
+  const ds::TagIndex& ix = *tag_->index;
+  switch (s.kind) {
+    case Source::Scalar:
+      return ds::step_value_node(a, ix.scalars.at(size_t(ix.params.at(s.index).step)).at(s.k), tag_->mapper());
+    case Source::Hyper:
+      return groups_.at(s.index).hypers.at(s.k).second;
+    case Source::Names:
+      return names_node(a, s.index);
+    default:
+      return nullptr;
+  }
+}
+
 uint64_t DcpPlan::bytes() const {
-  uint64_t n = sizeof(*this) + metadata_.capacity() + kept_bytes(groups_) + kept_bytes(sources_) + kept_bytes(sizes_) +
-               kept_bytes(pieces_);
+  uint64_t n = sizeof(*this) + kept_bytes(model_) + kept_bytes(groups_) + kept_bytes(sources_) + kept_bytes(entries_) +
+               kept_bytes(at_) + kept_bytes(sizes_) + layout_.bytes();
   for (const auto& g : groups_) n += kept_bytes(g.hypers) + kept_bytes(g.params);
-  for (const auto& p : pieces_) n += kept_bytes(p);
   return n;
 }
 
@@ -221,47 +256,38 @@ pt::VirtualFile DcpPlan::build(size_t file) const {
   std::vector<WeightTensor> weights;
   const pt::PtOptions opts = t.pt_options("archive");  // as above
   pt::VirtualFile out;
-  for (const Piece& piece : pieces_.at(file)) {
-    const Source& s = sources_[piece.source];
-    pt::Arena a;
-    const Node* node = nullptr;
-    pt::VirtualFile whole;  // a tensor's bytes, whole, then cut to the piece's rows
-    Shape w{pt::DType::F32, {}};
-    switch (s.kind) {
-      case Source::Model:
-        if (weights.empty()) weights = weight_tensors(t, Weights::Master);
-        weights.at(s.index).append(whole);
-        w = {weights[s.index].dtype, *weights[s.index].shape};
-        break;
-      case Source::State:
-        ds::state_bytes(ix, ix.params.at(s.index), s.k, t.mapper(), whole);
-        w = {ix.master_dtype, ix.params[s.index].shape};
-        break;
-      case Source::Zeros:
-        w = {pt::DType::F32, s.k == 0 ? ix.params.at(s.index).shape : std::vector<int64_t>{}};
-        whole.append_zero(pt::numel(w.shape) * 4);
-        break;
-      case Source::Scalar:
-        node = ds::step_value_node(a, ix.scalars.at(size_t(ix.params.at(s.index).step)).at(s.k), t.mapper());
-        break;
-      case Source::Hyper:
-        node = groups_.at(s.index).hypers.at(s.k).second;
-        break;
-      case Source::Names:
-        node = names_node(a, s.index);
-        break;
+  for (const Placed& p : sources_) {
+    // This file's chunk of p, if it has one: chunk `file` of a cut tensor, else file 0's whole.
+    size_t k = 0;
+    if (p.cut && (*p.shape)[0] > 0) {
+      if (file >= p.chunks) continue;
+      k = file;
+    } else if (file != 0) {
+      continue;
     }
+    const Source& s = p.what;
+    pt::Arena a;
+    const Node* node = object_node(a, s);
     if (!node) {
-      std::vector<int64_t> shape = w.shape;
-      uint64_t from = 0, length = whole.size();
-      if (piece.rows >= 0) {
-        shape[0] = piece.rows;
-        from = uint64_t(piece.first_row) * row_bytes(w.shape, w.dtype);
-        length = uint64_t(piece.rows) * row_bytes(w.shape, w.dtype);
+      pt::VirtualFile whole;  // a tensor's bytes, whole, then cut to the chunk's rows
+      switch (s.kind) {
+        case Source::Model:
+          if (weights.empty()) weights = weight_tensors(t, Weights::Master);
+          weights.at(s.index).append(whole);
+          break;
+        case Source::State:
+          ds::state_bytes(ix, ix.params.at(s.index), s.k, t.mapper(), whole);
+          break;
+        default:  // Zeros
+          whole.append_zero(pt::numel(*p.shape) * pt::element_size(p.dtype));
+          break;
       }
+      pt::dcp::Chunk c;
+      chunk_of(p, k, c);
+      const uint64_t row = p.cut ? row_bytes(*p.shape, p.dtype) : 0;
       pt::VirtualFile rows;
-      rows.append(whole, from, length);
-      node = build::tensor(a, w.dtype, shape, std::move(rows));
+      rows.append(whole, p.cut ? uint64_t(c.offsets[0]) * row : 0, p.cut ? uint64_t(c.sizes[0]) * row : whole.size());
+      node = build::tensor(a, p.dtype, c.sizes, std::move(rows));
     }
     out.append(pt::build_pt(node, opts));
   }
@@ -290,16 +316,15 @@ class DcpDir final : public LazyDir {
     if (name == ".metadata") {
       const auto plan = plan_of(*t, shape);
       return tree.add_file(
-          dir, std::string(name), mtime_,
-          [t, shape] { return pt::VirtualFile::from_text(plan_of(*t, shape)->metadata()); }, plan->metadata().size(),
-          false);
+          dir, std::string(name), mtime_, [t, shape] { return DcpPlan::metadata(plan_of(*t, shape)); },
+          plan->metadata_size(), false);
     }
-    for (int r = 0; r < files(); ++r)
-      if (name == pt::dcp::data_file_name(r))
-        return tree.add_file(
-            dir, std::string(name), mtime_, [t, shape, r] { return plan_of(*t, shape)->build(size_t(r)); },
-            [t, shape, r] { return plan_of(*t, shape)->file_size(size_t(r)); }, false);
-    return 0;
+    // The rank is read off the name: a lookup costs the same at any W.
+    const std::optional<int> r = pt::dcp::data_file_rank(name);
+    if (!r || *r >= files()) return 0;
+    return tree.add_file(
+        dir, std::string(name), mtime_, [t, shape, r = *r] { return plan_of(*t, shape)->build(size_t(r)); },
+        [t, shape, r = *r] { return plan_of(*t, shape)->file_size(size_t(r)); }, false);
   }
   uint64_t listed() const override { return uint64_t(files()) + 1; }
   std::string listed_name(uint64_t k) const override {
