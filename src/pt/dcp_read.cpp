@@ -8,8 +8,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstring>
-#include <numeric>
 #include <unordered_map>
 
 #include "zeromount/pt/error.h"
@@ -175,14 +173,16 @@ void Reader::tensor(StoredKey& k, const Node* d) const {
 }
 
 // Every element of the tensor in exactly one chunk: each chunk inside the tensor, no two
-// overlapping, and their volumes adding up to the tensor's. Chunks sorted by their first row
-// only meet the chunks that start before they end: FSDP's row runs cost O(n log n), a grid of
-// TP x FSDP boxes O(n x boxes per row band).
+// overlapping, and their volumes adding up to the tensor's. Sorted by their start along the
+// dimension where starts differ most (rows for FSDP, columns for a column split), chunks only
+// meet those that start before they end there: O(n log n) for runs along one dimension,
+// O(n x boxes per band) for a grid of boxes.
 void Reader::check_cover(const StoredKey& k) const {
   uint64_t numel = 1;
   for (int64_t d : k.size)
     if (__builtin_mul_overflow(numel, uint64_t(d), &numel)) fail(k.fqn, "size " + dims(k.size) + " overflows");
   uint64_t covered = 0;
+  std::vector<const StoredChunk*> boxes;  // those holding an element
   for (const StoredChunk& c : k.chunks) {
     if (c.offsets.size() != k.size.size() || c.sizes.size() != k.size.size())
       fail(k.fqn, "chunk at offsets " + dims(c.offsets) + " has another rank than the tensor " + dims(k.size));
@@ -194,24 +194,31 @@ void Reader::check_cover(const StoredKey& k) const {
       volume *= uint64_t(c.sizes[d]);  // inside the tensor: no overflow
     }
     if (__builtin_add_overflow(covered, volume, &covered)) covered = UINT64_MAX;
+    if (volume) boxes.push_back(&c);
   }
-  auto empty = [](const StoredChunk& c) { return std::ranges::find(c.sizes, 0) != c.sizes.end(); };
-  if (k.size.empty() && k.chunks.size() > 1)
-    fail(k.fqn, "chunks overlap: " + std::to_string(k.chunks.size()) + " chunks of a 0-d tensor");
-  if (!k.size.empty()) {
-    std::vector<const StoredChunk*> order;
-    for (const StoredChunk& c : k.chunks)
-      if (!empty(c)) order.push_back(&c);
-    std::ranges::sort(order, {}, [](const StoredChunk* c) { return c->offsets[0]; });
-    for (size_t i = 0; i < order.size(); ++i) {
-      const StoredChunk& a = *order[i];
-      for (size_t j = i + 1; j < order.size() && order[j]->offsets[0] < a.offsets[0] + a.sizes[0]; ++j) {
-        const StoredChunk& b = *order[j];
-        bool meet = true;
-        for (size_t d = 1; d < k.size.size() && meet; ++d)
-          meet = b.offsets[d] < a.offsets[d] + a.sizes[d] && a.offsets[d] < b.offsets[d] + b.sizes[d];
-        if (meet) fail(k.fqn, "chunks at offsets " + dims(a.offsets) + " and " + dims(b.offsets) + " overlap");
-      }
+  if (k.size.empty() && boxes.size() > 1)
+    fail(k.fqn, "chunks overlap: " + std::to_string(boxes.size()) + " chunks of a 0-d tensor");
+  size_t sweep = 0, most = 0;
+  for (size_t d = 0; d < k.size.size() && boxes.size() > 1; ++d) {
+    std::vector<int64_t> starts;
+    for (const StoredChunk* c : boxes) starts.push_back(c->offsets[d]);
+    std::ranges::sort(starts);
+    const auto distinct = size_t(std::ranges::distance(starts.begin(), std::ranges::unique(starts).begin()));
+    if (distinct > most) {
+      most = distinct;
+      sweep = d;
+    }
+  }
+  if (boxes.size() > 1) std::ranges::sort(boxes, {}, [&](const StoredChunk* c) { return c->offsets[sweep]; });
+  for (size_t i = 0; i + 1 < boxes.size(); ++i) {
+    const StoredChunk& a = *boxes[i];
+    const int64_t end = a.offsets[sweep] + a.sizes[sweep];
+    for (size_t j = i + 1; j < boxes.size() && boxes[j]->offsets[sweep] < end; ++j) {
+      const StoredChunk& b = *boxes[j];
+      bool meet = true;
+      for (size_t d = 0; d < k.size.size() && meet; ++d)
+        meet = b.offsets[d] < a.offsets[d] + a.sizes[d] && a.offsets[d] < b.offsets[d] + b.sizes[d];
+      if (meet) fail(k.fqn, "chunks at offsets " + dims(a.offsets) + " and " + dims(b.offsets) + " overlap");
     }
   }
   if (covered != numel)
@@ -227,7 +234,7 @@ std::optional<std::string> Reader::checkpoint_id(const Node* storage_meta) {
   const Node* id = storage_meta->state->get("checkpoint_id");
   if (!id) return std::nullopt;
   if (id->is(Kind::Str)) return id->s;
-  if (!id->is(Kind::Object) || !id->callee || id->callee->s != "pathlib" || !id->args) return std::nullopt;
+  if (!id->is(Kind::Object) || !id->callee || !id->callee->s.starts_with("pathlib") || !id->args) return std::nullopt;
   std::string s;
   for (const Node* part : id->args->items) {
     if (!part->is(Kind::Str)) return std::nullopt;

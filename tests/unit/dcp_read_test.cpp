@@ -501,6 +501,17 @@ TEST(DcpRead, ManyRowChunksAreCheckedInAnyOrder) {
   expect_refused(refusal_of({it}), "model.big", "cover 59997 of 60000");
 }
 
+// A column split sweeps along columns: every chunk starts at row 0.
+TEST(DcpRead, ManyColumnChunksAreCheckedAlongColumns) {
+  dcp::Item it{"model.wide", {std::string("model"), std::string("wide")}, true, pt::DType::F32, {2, 5000}, {}};
+  for (int64_t c = 0; c < 5000; ++c) it.chunks.push_back({{0, c}, {2, 1}, 0, uint64_t(c) * 8, 8});
+  std::shuffle(it.chunks.begin(), it.chunks.end(), std::mt19937(8));
+  EXPECT_EQ(refusal_of({it}), "(accepted)");
+  it.chunks[10].sizes = {2, 2};  // one column twice, unless it was the last
+  const std::string why = refusal_of({it});
+  EXPECT_TRUE(why.find("overlap") != std::string::npos || why.find("outside") != std::string::npos) << why;
+}
+
 TEST(DcpRead, RelativePathsThatLeaveTheFolderAreRefusedByKey) {
   for (const std::string bad : {"../__0_0.distcp", "/etc/passwd", "a/../../b", ""}) {
     SCOPED_TRACE(bad);
