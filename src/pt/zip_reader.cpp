@@ -40,19 +40,36 @@ std::string not_a_zip(const unsigned char* head, size_t n) {
 
 }  // namespace
 
-ZipReader::ZipReader(const File& file) : file_(file) {
+ZipReader::ZipReader(const File& file) : ZipReader(file, 0, file.size()) {}
+
+void ZipReader::read_at(uint64_t ofs, void* buf, size_t n, const char* what) const {
+  if (ofs > size_ || n > size_ - ofs)
+    throw FormatError(where(file_.path(),
+                            std::string("truncated: ") + what + " needs " + std::to_string(n) + " bytes, archive has " +
+                                std::to_string(size_),
+                            (long long)(base_ + ofs)));
+  file_.read_exact(base_ + ofs, buf, n, what);
+}
+
+ZipReader::ZipReader(const File& file, uint64_t base, uint64_t size) : file_(file), base_(base), size_(size) {
   const std::string& path = file.path();
-  const uint64_t fsize = file.size();
+  if (base > file.size() || size > file.size() - base)
+    throw FormatError(where(path,
+                            "archive of " + std::to_string(size) + " bytes runs past the end of the file (" +
+                                std::to_string(file.size()) + " bytes)",
+                            (long long)base));
+  const uint64_t fsize = size;
   unsigned char head[9] = {};
   if (fsize < 4) throw FormatError(where(path, "too small to be a torch.save file"));
   const size_t n = size_t(std::min<uint64_t>(fsize, sizeof head));
-  file.read_exact(0, head, n, "magic");
+  read_at(0, head, n, "magic");
   if (u32(head) != kLocalSig) throw FormatError(where(path, not_a_zip(head, n)));
   if (fsize < 22) throw FormatError(where(path, "too small for a zip end record"));
 
   // The EOCD is the last 22 bytes plus a comment of at most 64 KiB.
   const uint64_t tail_len = std::min<uint64_t>(fsize, 22 + 0xFFFF);
-  std::string tail = file.read_string(fsize - tail_len, tail_len, "zip tail");
+  std::string tail(tail_len, '\0');
+  read_at(fsize - tail_len, tail.data(), tail_len, "zip tail");
   const auto* t = reinterpret_cast<const unsigned char*>(tail.data());
   int64_t eocd = -1;
   for (int64_t k = int64_t(tail_len) - 22; k >= 0; --k) {
@@ -69,19 +86,20 @@ ZipReader::ZipReader(const File& file) : file_(file) {
 
   if (eocd_ofs >= 20) {
     unsigned char loc[20];
-    file.read_exact(eocd_ofs - 20, loc, 20, "zip64 locator");
+    read_at(eocd_ofs - 20, loc, 20, "zip64 locator");
     if (u32(loc) == kZip64LocatorSig) {
       const uint64_t z64 = u64(loc + 8);
       unsigned char rec[56];
-      file.read_exact(z64, rec, 56, "zip64 end record");
-      if (u32(rec) != kZip64EocdSig) throw FormatError(where(path, "bad zip64 end record signature", (long long)z64));
+      read_at(z64, rec, 56, "zip64 end record");
+      if (u32(rec) != kZip64EocdSig)
+        throw FormatError(where(path, "bad zip64 end record signature", (long long)(base_ + z64)));
       count = u64(rec + 32);
       cd_size = u64(rec + 40);
       cd_ofs = u64(rec + 48);
     }
   }
   if (cd_ofs > fsize || cd_size > fsize - cd_ofs)
-    throw FormatError(where(path, "central directory lies outside the file (truncated?)", (long long)cd_ofs));
+    throw FormatError(where(path, "central directory lies outside the file (truncated?)", (long long)(base_ + cd_ofs)));
   if (count == 0) throw FormatError(where(path, "zip archive has no entries"));
   if (count > cd_size / 46)
     throw FormatError(
@@ -89,13 +107,14 @@ ZipReader::ZipReader(const File& file) : file_(file) {
 
   // Not zeroed first: a directory of 100,000 records is megabytes, read once per file opened.
   const auto cd = std::make_unique_for_overwrite<char[]>(size_t(cd_size));
-  file.read_exact(cd_ofs, cd.get(), size_t(cd_size), "central directory");
+  read_at(cd_ofs, cd.get(), size_t(cd_size), "central directory");
   const auto* c = reinterpret_cast<const unsigned char*>(cd.get());
   uint64_t pos = 0;
   entries_.reserve(count);
   for (uint64_t k = 0; k < count; ++k) {
     if (pos + 46 > cd_size || u32(c + pos) != kCentralSig)
-      throw FormatError(where(path, "bad central directory entry " + std::to_string(k), (long long)(cd_ofs + pos)));
+      throw FormatError(
+          where(path, "bad central directory entry " + std::to_string(k), (long long)(base_ + cd_ofs + pos)));
     ZipEntry e;
     e.central_header = cd_ofs + pos;
     e.method = u16(c + pos + 10);
@@ -105,7 +124,7 @@ ZipReader::ZipReader(const File& file) : file_(file) {
     const uint16_t nlen = u16(c + pos + 28), xlen = u16(c + pos + 30), clen = u16(c + pos + 32);
     e.local_header = u32(c + pos + 42);
     if (pos + 46 + nlen + xlen + clen > cd_size)
-      throw FormatError(where(path, "central directory entry runs past its end", (long long)(cd_ofs + pos)));
+      throw FormatError(where(path, "central directory entry runs past its end", (long long)(base_ + cd_ofs + pos)));
     e.name.assign(cd.get() + pos + 46, nlen);
     // zip64 extra: only the fields whose 32-bit slot is saturated are present, in this order.
     uint64_t x = pos + 46 + nlen;
@@ -160,14 +179,15 @@ const ZipEntry* ZipReader::find(const std::string& record) const {
 
 uint64_t ZipReader::data_offset(const ZipEntry& e) const {
   unsigned char h[30];
-  file_.read_exact(e.local_header, h, 30, "local header");
+  read_at(e.local_header, h, 30, "local header");
   if (u32(h) != kLocalSig)
-    throw FormatError(where(file_.path(), "bad local header signature for " + e.name, (long long)e.local_header));
-  const uint64_t ofs = e.local_header + 30 + u16(h + 26) + u16(h + 28);
-  if (ofs > file_.size() || e.compressed_size > file_.size() - ofs)
     throw FormatError(
-        where(file_.path(), "data of " + e.name + " runs past the end of the file (truncated?)", (long long)ofs));
-  return ofs;
+        where(file_.path(), "bad local header signature for " + e.name, (long long)(base_ + e.local_header)));
+  const uint64_t ofs = e.local_header + 30 + u16(h + 26) + u16(h + 28);
+  if (ofs > size_ || e.compressed_size > size_ - ofs)
+    throw FormatError(where(file_.path(), "data of " + e.name + " runs past the end of the archive (truncated?)",
+                            (long long)(base_ + ofs)));
+  return base_ + ofs;
 }
 
 std::string ZipReader::read(const ZipEntry& e, uint64_t max_size) const {
