@@ -130,19 +130,17 @@ class Writer {
     return false;
   }
 
-  // The part after `c`, skipping sections with nothing in them.
+  // The part after `c`, skipping items and sections with nothing in them (a tensor saved with no
+  // chunk has none in storage_data).
   void next(Cursor& c) {
     if (++c.part < parts(c)) return;
     c.part = 0;
     ++c.item;
-    while (c.section < kEnd && c.item >= items(c.section)) {
-      ++c.section;
-      c.item = 0;
-    }
+    settle(c);
   }
   Cursor first() {
     Cursor c;
-    while (c.section < kEnd && items(c.section) == 0) ++c.section;
+    settle(c);
     return c;
   }
 
@@ -165,6 +163,15 @@ class Writer {
     w += "t\x85R";  // torch.Size((dims,))
   }
 
+  void settle(Cursor& c) {
+    for (;; ++c.item) {
+      while (c.section < kEnd && c.item >= items(c.section)) {
+        ++c.section;
+        c.item = 0;
+      }
+      if (c.section >= kEnd || parts(c) > 0) return;
+    }
+  }
   uint64_t items(uint32_t section) const {
     switch (section) {
       case kFileNames:
