@@ -136,7 +136,10 @@ Storm storm(size_t cache_bytes, int threads) {
       std::string buf;
       while (!go.load()) std::this_thread::yield();
       for (int r = 0; r < per_thread;) {
-        const size_t k = rng() % files.size();
+        // Half the opens go to 4 hot files, another 4 every 512 reads: many threads then open a
+        // file whose build is still running (they must wait for it) or that was just evicted.
+        const size_t hot = (reads.load(std::memory_order_relaxed) / 512 * 4 + rng() % 4) * 7919;
+        const size_t k = (rng() % 2 ? rng() : hot) % files.size();
         const std::string& want = c.bytes[k];
         try {
           const auto f = v->open(*files[k], O_RDONLY);
