@@ -1,13 +1,17 @@
 """Issue 44 through FUSE: processes read random ranges of a mount's made-up files (universal atoms,
 weights shards, DCP items, the rank files of many layouts/ targets) while a loop beside them drops
 the kernel's caches (pages, dentries and inodes: reads go back to the daemon, made entries are
-forgotten and made again). Every byte is compared with `zeromount export` of the same views."""
+forgotten and made again), once with the daemon's default cache of built files and once with
+`-o cache=0` (every open of another file evicts one that others read). Every byte is compared with
+`zeromount export` of the same views."""
 import multiprocessing
 import os
 import random
 import subprocess
 import threading
 import time
+
+import pytest
 
 from conftest import FIXTURES, ZEROMOUNT, mount
 
@@ -22,7 +26,7 @@ LAYOUTS = ["zero1-dp3-fp32", "zero1-dp2-bf16", "zero2-dp4-fp32", "zero2-dp3-bf16
 ALONE = ["layouts/fsdp-dp2", "layouts/fsdp-dp3"]
 FOLDERS = [f"{TAG}_universal", f"{TAG}_fp32", f"{TAG}_bf16", f"{TAG}_dcp"]
 PROCESSES = 4
-SECONDS = float(os.environ.get("ZM_STRESS_SECONDS", "12"))
+SECONDS = float(os.environ.get("ZM_STRESS_SECONDS", "8"))  # per mount
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 
 
@@ -36,6 +40,11 @@ def files_below(root):
     for dirpath, _, files in os.walk(root):
         out += [os.path.relpath(os.path.join(dirpath, f), root) for f in files]
     return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return reference(os.path.join(FIXTURES, SOURCE, "checkpoint"), tmp_path_factory.mktemp("exported"))
 
 
 def reference(src, tmp):
@@ -118,13 +127,16 @@ def stats(mnt):
         return dict(line.split(" ", 1) for line in f.read().splitlines() if not line.startswith("pid "))
 
 
-def test_processes_read_random_ranges_while_the_kernel_drops_its_caches(tmp_path, capsys, record_property):
+@pytest.mark.parametrize("cache", ["default", "0"])
+def test_processes_read_random_ranges_while_the_kernel_drops_its_caches(exported, tmp_path, cache, capsys,
+                                                                        record_property):
     t0 = time.monotonic()
     src = os.path.join(FIXTURES, SOURCE, "checkpoint")
-    pairs, distcp = reference(src, tmp_path)
+    pairs, distcp = exported
     assert len(pairs) > 60 and distcp, (len(pairs), distcp)
+    pairs = list(pairs)
     # -o crc: an export writes real CRC-32s, and so must the mount to be byte-identical.
-    with mount(src, "-o", "crc") as m:
+    with mount(src, "-o", "crc" if cache == "default" else f"crc,cache={cache}") as m:
         alone = read_alone(m, tmp_path, distcp)
         pairs += alone
         ctx = multiprocessing.get_context("fork")
@@ -144,7 +156,7 @@ def test_processes_read_random_ranges_while_the_kernel_drops_its_caches(tmp_path
         s = stats(m)
     reads, nbytes, bad, errors = (sum(r[i] for r in results) for i in range(4))
     first = next((r[4] for r in results if r[4]), "")
-    line = (f"[stress] {PROCESSES} processes, {len(pairs)} files ({len(alone)} read alone), {reads} reads, {nbytes} bytes compared, "
+    line = (f"[stress] cache {cache}: {PROCESSES} processes, {len(pairs)} files ({len(alone)} read alone), {reads} reads, {nbytes} bytes compared, "
             f"{dropped['drops']} cache drops{', ' + dropped['refused'] if dropped['refused'] else ''}; daemon: "
             f"files_evicted_in_use {s['files_evicted_in_use']}, plans_evicted_in_use {s['plans_evicted_in_use']}; "
             f"{time.monotonic() - t0:.1f} s")
@@ -156,3 +168,11 @@ def test_processes_read_random_ranges_while_the_kernel_drops_its_caches(tmp_path
     assert bad == 0 and errors == 0, first
     assert reads > 0 and all(r[0] > 0 for r in results), "every process read"
     assert dropped["drops"] > 0 or dropped["refused"], dropped
+    if cache == "0":
+        assert int(s["files_evicted_in_use"]) > 0, "no file was evicted while open: the storm proved nothing"
+
+
+def test_a_cache_that_is_not_a_number_of_bytes_is_refused(tmp_path):
+    r = subprocess.run([ZEROMOUNT, os.path.join(FIXTURES, SOURCE, "checkpoint"), str(tmp_path), "-o", "cache=16MB"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "-o cache: '16MB' is not a number of bytes" in r.stderr, r.stderr
