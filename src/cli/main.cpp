@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -28,9 +29,9 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
   return out;
 }
 
-// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N, report=off and crc are zeromount's, not libfuse's. The
-// comma that splits -o values also splits the preset list, so the items after layouts= that are layout names (which no
-// libfuse option is) belong to it.
+// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N, cache=BYTES, report=off and crc are zeromount's, not
+// libfuse's. The comma that splits -o values also splits the preset list, so the items after layouts= that are layout
+// names (which no libfuse option is) belong to it.
 std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
   using zm::cli::UsageError;
   std::vector<std::string> rest;
@@ -59,6 +60,14 @@ std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm:
       } catch (const zm::Error& e) {
         throw UsageError(e.what());
       }
+    } else if (o.starts_with("cache=")) {
+      in_list = false;
+      const std::string n = o.substr(6);
+      errno = 0;
+      char* end = nullptr;
+      m.cache_bytes = std::strtoull(n.c_str(), &end, 10);
+      if (n.empty() || *end || errno || n.find_first_not_of("0123456789") != std::string::npos)
+        throw UsageError("-o cache: '" + n + "' is not a number of bytes");
     } else if (o.starts_with("layouts=")) {
       in_list = true;
       if (o.size() > 8)
@@ -100,7 +109,8 @@ int main(int argc, char** argv) {
   app.add_option(
          "-o", raw_opts,
          "mount options (comma separated): zeromount's layouts=a,b layouts_dir=NAME rescan=S "
-         "max_shard_size=SIZE (weights folders' shards, default 5GB) crc report=off (no report pages); libfuse's "
+         "max_shard_size=SIZE (weights folders' shards, default 5GB) cache=BYTES (built files' headers kept, default "
+         "16 MiB) crc report=off (no report pages); libfuse's "
          "allow_other, ...")
       ->allow_extra_args(false);
   app.add_flag("-f,--foreground", m.foreground, "stay in the foreground");
