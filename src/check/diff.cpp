@@ -38,7 +38,10 @@ bool deepspeed(const Input& in) {
 // Compares one pair block by block; fills the row's figures and status.
 void compare(const Item& a, const Item& b, const Input& ia, const Input& ib, const DiffOptions& o, DiffRow& row) {
   const bool scalar = a.value || b.value;
-  if (!scalar && a.shape != b.shape) {
+  // A flat 1-D copy of a shaped tensor (ds_to_universal's ZeRO-3 files) holds the same elements:
+  // compared, and the match says so; any other shape difference is one.
+  const bool flat = (a.shape.size() == 1) != (b.shape.size() == 1) && a.numel() == b.numel();
+  if (!scalar && a.shape != b.shape && !flat) {
     row.status = "shape";
     return;
   }
@@ -144,15 +147,23 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
     return std::any_of(in.items.begin(), in.items.end(), [&](const Item& it) { return it.state == s; });
   };
   const bool module = has_state(*ia, kModule) && has_state(*ib, kModule);
+  // A format that keeps no step at all (ds_to_universal writes no step.pt for ZeRO-3) says so
+  // once; a step missing for some parameters only is a difference.
+  const bool step = has_state(*ia, kStep) && has_state(*ib, kStep);
+  if (optim && !step && (has_state(*ia, kStep) || has_state(*ib, kStep)))
+    r.notes.push_back(std::string(has_state(*ia, kStep) ? "B" : "A") +
+                      " holds no step at all (ds_to_universal writes none for ZeRO-3): steps not compared");
   const auto compared = [&](const Item& it) {
     if (it.state == kModule) return module;
+    if (it.state == kStep && !step) return false;
     if (!it.trainable && !others) return false;
     return optim || it.state == kWeight;
   };
   if (!optim)
     r.notes.push_back(std::string(ia->holds_optimizer ? "B" : "A") +
                       " is a weights format (no optimizer state): weights compared, optimizer states not");
-  if (!others) r.notes.push_back("a universal folder keeps buffers and frozen parameters in its model-state file: not compared");
+  if (!others)
+    r.notes.push_back("a universal folder keeps buffers and frozen parameters in its model-state file: not compared");
   const auto index = [&](const Input& in, const char* side) {
     std::map<std::string, size_t> m;
     size_t dup = 0;
@@ -187,8 +198,12 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
     DiffRow row;
     row.param = canonical_param(x ? x->param : y->param);
     row.state = x ? x->state : y->state;
-    if (x) row.stored_a = x->stored, row.shape_a = shape_text(*x), row.dtype_a = x->value ? "number" : std::string(pt::dtype_name(x->dtype));
-    if (y) row.stored_b = y->stored, row.shape_b = shape_text(*y), row.dtype_b = y->value ? "number" : std::string(pt::dtype_name(y->dtype));
+    if (x)
+      row.stored_a = x->stored, row.shape_a = shape_text(*x),
+      row.dtype_a = x->value ? "number" : std::string(pt::dtype_name(x->dtype));
+    if (y)
+      row.stored_b = y->stored, row.shape_b = shape_text(*y),
+      row.dtype_b = y->value ? "number" : std::string(pt::dtype_name(y->dtype));
     if (!x || !y) {
       row.status = x ? "missing in B" : "missing in A";
     } else if (!x->unread.empty() || !y->unread.empty()) {
@@ -205,12 +220,17 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
       if (row.state == kWeight && deepspeed(*ia) != deepspeed(*ib))
         why += std::string(why.empty() ? "" : "; ") + "DeepSpeed's fp32 master ~ a model weight";
       else if (deepspeed(*ia) != deepspeed(*ib) && row.state != kWeight)
-        why += std::string(why.empty() ? "" : "; ") + "DeepSpeed's partitioned " + row.state + " ~ torch's " + row.state;
+        why +=
+            std::string(why.empty() ? "" : "; ") + "DeepSpeed's partitioned " + row.state + " ~ torch's " + row.state;
+      if (x->shape != y->shape && !x->value && !y->value && row.status != "shape")
+        why +=
+            std::string(why.empty() ? "" : "; ") + "one side keeps it flat (1-D), as ds_to_universal does for ZeRO-3";
       if (!why.empty()) r.matches.push_back("A '" + x->stored + "' ~ B '" + y->stored + "': " + why);
     }
     r.rows.push_back(std::move(row));
   }
-  if (skipped) r.notes.push_back(std::to_string(skipped) + " item(s) of states the other side cannot hold: not compared");
+  if (skipped)
+    r.notes.push_back(std::to_string(skipped) + " item(s) of states the other side cannot hold: not compared");
   return r;
 }
 
@@ -221,11 +241,12 @@ std::string text(const DiffResult& r) {
                 "status", "shape dtype", "max_abs", "max_rel", "norm_a", "norm_b");
   o += line;
   for (const auto& row : r.rows) {
-    std::string sd = (row.shape_a.empty() ? row.shape_b : row.shape_a) + " " +
-                     (row.dtype_a.empty() ? row.dtype_b : row.dtype_a);
+    std::string sd =
+        (row.shape_a.empty() ? row.shape_b : row.shape_a) + " " + (row.dtype_a.empty() ? row.dtype_b : row.dtype_a);
     if (!row.shape_a.empty() && !row.shape_b.empty() && (row.shape_a != row.shape_b || row.dtype_a != row.dtype_b))
       sd = row.shape_a + " " + row.dtype_a + " vs " + row.shape_b + " " + row.dtype_b;
-    const bool figures = row.status == "equal" || row.status == "close" || row.status == "differs" || row.status == "dtype";
+    const bool figures =
+        row.status == "equal" || row.status == "close" || row.status == "differs" || row.status == "dtype";
     std::snprintf(line, sizeof line, "  %-36s %-11s %-12s %-22s %-11s %-11s %-11s %-11s\n", row.param.c_str(),
                   row.state.c_str(), row.status.c_str(), sd.c_str(), figures ? num(row.max_abs).c_str() : "-",
                   figures ? num(row.max_rel).c_str() : "-", figures ? num(row.norm_a).c_str() : "-",
@@ -233,7 +254,8 @@ std::string text(const DiffResult& r) {
     o += line;
   }
   for (size_t k = 0; k < r.matches.size() && k < kShown; ++k) o += "  match: " + r.matches[k] + "\n";
-  if (r.matches.size() > kShown) o += "  ... and " + std::to_string(r.matches.size() - kShown) + " more matches (--json)\n";
+  if (r.matches.size() > kShown)
+    o += "  ... and " + std::to_string(r.matches.size() - kShown) + " more matches (--json)\n";
   for (const auto& n : r.notes) o += "  note: " + n + "\n";
   o += std::to_string(r.rows.size()) + " compared, " + std::to_string(r.differences()) + " difference(s) (exit " +
        std::to_string(r.exit_code()) + ")\n";
@@ -241,19 +263,21 @@ std::string text(const DiffResult& r) {
 }
 
 std::string json(const DiffResult& r) {
-  const auto jnum = [](double v) { return std::isfinite(v) ? num(v) : std::string(std::isnan(v) ? "\"nan\"" : "\"inf\""); };
+  const auto jnum = [](double v) {
+    return std::isfinite(v) ? num(v) : std::string(std::isnan(v) ? "\"nan\"" : "\"inf\"");
+  };
   std::string o = "{\"a\": " + pt::json_escape(r.a) + ", \"b\": " + pt::json_escape(r.b) +
                   ", \"kind_a\": " + pt::json_escape(r.kind_a) + ", \"kind_b\": " + pt::json_escape(r.kind_b) +
                   ", \"differences\": " + std::to_string(r.differences()) + ", \"rows\": [";
   for (size_t k = 0; k < r.rows.size(); ++k) {
     const auto& w = r.rows[k];
-    o += std::string(k ? ", " : "") + "{\"param\": " + pt::json_escape(w.param) + ", \"state\": " +
-         pt::json_escape(w.state) + ", \"status\": " + pt::json_escape(w.status) +
+    o += std::string(k ? ", " : "") + "{\"param\": " + pt::json_escape(w.param) +
+         ", \"state\": " + pt::json_escape(w.state) + ", \"status\": " + pt::json_escape(w.status) +
          ", \"stored_a\": " + pt::json_escape(w.stored_a) + ", \"stored_b\": " + pt::json_escape(w.stored_b) +
          ", \"shape_a\": " + pt::json_escape(w.shape_a) + ", \"shape_b\": " + pt::json_escape(w.shape_b) +
          ", \"dtype_a\": " + pt::json_escape(w.dtype_a) + ", \"dtype_b\": " + pt::json_escape(w.dtype_b) +
-         ", \"max_abs\": " + jnum(w.max_abs) + ", \"max_rel\": " + jnum(w.max_rel) + ", \"norm_a\": " +
-         jnum(w.norm_a) + ", \"norm_b\": " + jnum(w.norm_b) + ", \"differing\": " + std::to_string(w.differing) + "}";
+         ", \"max_abs\": " + jnum(w.max_abs) + ", \"max_rel\": " + jnum(w.max_rel) + ", \"norm_a\": " + jnum(w.norm_a) +
+         ", \"norm_b\": " + jnum(w.norm_b) + ", \"differing\": " + std::to_string(w.differing) + "}";
   }
   o += "], \"matches\": [";
   for (size_t k = 0; k < r.matches.size(); ++k) o += std::string(k ? ", " : "") + pt::json_escape(r.matches[k]);
@@ -279,8 +303,8 @@ std::string html(const DiffResult& r) {
   for (const auto& w : r.rows)
     o += std::string("<tr") + (w.counts() ? " class=\"bad\"" : "") + "><td>" + esc(w.param) + "</td><td>" +
          esc(w.state) + "</td><td>" + esc(w.status) + "</td><td>" + esc(w.shape_a + " " + w.dtype_a) + "</td><td>" +
-         esc(w.shape_b + " " + w.dtype_b) + "</td><td>" + num(w.max_abs) + "</td><td>" + num(w.max_rel) +
-         "</td><td>" + num(w.norm_a) + "</td><td>" + num(w.norm_b) + "</td></tr>";
+         esc(w.shape_b + " " + w.dtype_b) + "</td><td>" + num(w.max_abs) + "</td><td>" + num(w.max_rel) + "</td><td>" +
+         num(w.norm_a) + "</td><td>" + num(w.norm_b) + "</td></tr>";
   o += "</table><h2>matches</h2><ul>";
   for (const auto& m : r.matches) o += "<li>" + esc(m) + "</li>";
   o += "</ul><h2>notes</h2><ul>";

@@ -91,7 +91,8 @@ std::string text(const Findings& f) {
         o += std::string("        ") + severity_name(x.severity) + ": " + x.subject + ": " + x.message + "\n";
       ++of;
     }
-    if (of > kShownPerCheck) o += "        ... and " + std::to_string(of - kShownPerCheck) + " more (--json lists all)\n";
+    if (of > kShownPerCheck)
+      o += "        ... and " + std::to_string(of - kShownPerCheck) + " more (--json lists all)\n";
   }
   for (const auto& n : f.notes) o += "  note: " + n + "\n";
   o += "  " + rate(f) + "\n";
@@ -124,8 +125,8 @@ std::string html(const Findings& f) {
       "body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left;vertical-align:top}"
       ".pass{color:#176b2c}.warn{color:#9a6700}.fail{color:#b3261e;font-weight:bold}</style></head><body>";
   o += "<h1>verify: " + escape_html(f.input) + "</h1><p>" + escape_html(f.kind) + " &middot; verdict <span class=\"" +
-       severity_name(f.worst()) + "\">" + severity_name(f.worst()) + "</span> (exit " +
-       std::to_string(f.exit_code()) + ") &middot; " + escape_html(rate(f)) + "</p>";
+       severity_name(f.worst()) + "\">" + severity_name(f.worst()) + "</span> (exit " + std::to_string(f.exit_code()) +
+       ") &middot; " + escape_html(rate(f)) + "</p>";
   o += "<table><tr><th>check</th><th>result</th><th>checked</th></tr>";
   for (size_t k = 0; k < f.checks.size(); ++k) {
     const char* r = severity_name(f.worst(f.checks[k]));

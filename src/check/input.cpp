@@ -44,7 +44,8 @@ std::unique_ptr<Input> open_input(const std::string& path, const std::string& ta
     in->kind = "deepspeed checkpoint";
     read_deepspeed(path, tag, *in, f);
   } else {
-    if (!tag.empty()) throw Error(path + ": --tag " + tag + ": not a DeepSpeed checkpoint folder (no tag folders)", EINVAL);
+    if (!tag.empty())
+      throw Error(path + ": --tag " + tag + ": not a DeepSpeed checkpoint folder (no tag folders)", EINVAL);
     read_files(path, *in, f);
   }
   f.kind = in->kind;

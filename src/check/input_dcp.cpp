@@ -6,8 +6,8 @@
 #include <set>
 
 #include "readers.h"
-#include "zeromount/pt/dcp_item.h"
 #include "zeromount/pt/convert.h"
+#include "zeromount/pt/dcp_item.h"
 #include "zeromount/pt/dcp_keys.h"
 #include "zeromount/pt/dcp_read.h"
 #include "zeromount/pt/error.h"

@@ -103,7 +103,9 @@ void add_plain(const ds::PlainTensor& t, const std::string& state, bool trainabl
 void add_items(const ds::TagIndex& ix, Input& in) {
   std::vector<uint32_t> file_of;
   for (const auto& s : ix.shards) file_of.push_back(in.files.add(s.path));
-  const ds::ExtentMap map = [&file_of](const pt::Extent& e) { return pt::Extent{file_of.at(e.file), e.offset, e.length}; };
+  const ds::ExtentMap map = [&file_of](const pt::Extent& e) {
+    return pt::Extent{file_of.at(e.file), e.offset, e.length};
+  };
   for (size_t pi = 0; pi < ix.params.size(); ++pi) {
     const ds::Param& p = ix.params[pi];
     for (size_t k = 0; k < ix.state_names.size(); ++k) {
@@ -111,8 +113,8 @@ void add_items(const ds::TagIndex& ix, Input& in) {
       Item it;
       it.param = p.name;
       it.state = state_named(ix.state_names[k]);
-      it.stored = p.name + " " + ix.state_names[k] + (k == 0 ? " (fp32 master" : " (optimizer state") +
-                  ", group " + std::to_string(p.group) + ")";
+      it.stored = p.name + " " + ix.state_names[k] + (k == 0 ? " (fp32 master" : " (optimizer state") + ", group " +
+                  std::to_string(p.group) + ")";
       it.dtype = ix.master_dtype;
       it.shape = p.shape;
       ds::state_bytes(ix, p, k, map, it.bytes);

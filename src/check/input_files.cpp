@@ -119,9 +119,11 @@ void read_safetensors_index(const std::string& path, Input& in, Findings& f) {
       continue;
     }
     for (const auto& k : keys)
-      if (!held.count(k)) f.fail("safetensors-index", name + ": key '" + k + "'", "not in " + file + ", where the index puts it");
+      if (!held.count(k))
+        f.fail("safetensors-index", name + ": key '" + k + "'", "not in " + file + ", where the index puts it");
     for (const auto& k : held)
-      if (!keys.count(k)) f.fail("safetensors-index", file + ": key '" + k + "'", "not in the index: a loader never reads it");
+      if (!keys.count(k))
+        f.fail("safetensors-index", file + ": key '" + k + "'", "not in the index: a loader never reads it");
   }
 }
 

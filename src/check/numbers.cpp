@@ -53,7 +53,8 @@ std::string sibling_key(const std::string& name) {
   while (k < name.size()) {
     const size_t dot = name.find('.', k);
     const std::string part = name.substr(k, dot == std::string::npos ? std::string::npos : dot - k);
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool numeric =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     out += (out.empty() && k == 0 ? "" : ".") + (numeric ? std::string("*") : part);
     if (dot == std::string::npos) break;
     k = dot + 1;
@@ -69,11 +70,13 @@ void check_finite(const Input& in, const std::vector<ItemFigures>& fig, Findings
     f.ran("finite");
     if (!x.stats.nan && !x.stats.inf) continue;
     std::string m;
-    if (x.stats.nan) m += std::to_string(x.stats.nan) + " NaN (first at " + index_text(it.shape, uint64_t(x.first_nan)) + ")";
+    if (x.stats.nan)
+      m += std::to_string(x.stats.nan) + " NaN (first at " + index_text(it.shape, uint64_t(x.first_nan)) + ")";
     if (x.stats.inf)
       m += std::string(m.empty() ? "" : ", ") + std::to_string(x.stats.inf) + " inf (first at " +
            index_text(it.shape, uint64_t(x.first_inf)) + ")";
-    f.fail("finite", it.param + " " + it.state, m + " of " + std::to_string(it.numel()) + " elements [" + it.stored + "]");
+    f.fail("finite", it.param + " " + it.state,
+           m + " of " + std::to_string(it.numel()) + " elements [" + it.stored + "]");
   }
 }
 
@@ -99,8 +102,10 @@ void check_moments(const Input& in, const std::vector<ItemFigures>& fig, Finding
     if (!(step > 0) || it.numel() == 0 || x.stats.n != it.numel() || x.stats.min != 0 || x.stats.max != 0) continue;
     ++zero;
     f.warn("moments-not-reset", it.param + " " + it.state,
-           "all zero while step is " + number(step) + ": optimizer state looks reset (or the parameter never had a "
-           "gradient) [" + it.stored + "]");
+           "all zero while step is " + number(step) +
+               ": optimizer state looks reset (or the parameter never had a "
+               "gradient) [" +
+               it.stored + "]");
   }
   if (moments && zero == moments)
     f.fail("moments-not-reset", "all parameters",
@@ -152,8 +157,8 @@ void check_module(const Input& in, Findings& f) {
     const Item& ms = in.items[w->second];
     f.ran("module-matches-masters");
     if (ms.numel() != m.numel()) {
-      f.fail("module-matches-masters", m.param, "module holds " + std::to_string(m.numel()) + " elements, master " +
-                                                    std::to_string(ms.numel()));
+      f.fail("module-matches-masters", m.param,
+             "module holds " + std::to_string(m.numel()) + " elements, master " + std::to_string(ms.numel()));
       continue;
     }
     ValueBlocks bm(ms, in.files), bw(m, in.files);
@@ -165,7 +170,8 @@ void check_module(const Input& in, Findings& f) {
       if (std::memcmp(rounded.data(), bw.raw().data(), rounded.size()) == 0) continue;
       const size_t es = pt::element_size(m.dtype);
       for (size_t i = 0; i < n; ++i)
-        if (std::memcmp(rounded.data() + i * es, bw.raw().data() + i * es, es) != 0 && !(std::isnan(a[i]) && std::isnan(mod[i]))) {
+        if (std::memcmp(rounded.data() + i * es, bw.raw().data() + i * es, es) != 0 &&
+            !(std::isnan(a[i]) && std::isnan(mod[i]))) {
           if (!differ) first = at + i;
           ++differ;
         }
@@ -200,7 +206,8 @@ void check_norms(const Input& in, const std::vector<ItemFigures>& fig, Findings&
       const Item& it = in.items[members[j]];
       f.warn("norm-outlier", it.param,
              "RMS " + number(rms[j]) + ", its " + std::to_string(members.size() - 1) + " siblings' median " +
-                 number(median) + " (" + key.substr(0, key.find('|')) + "): left at its initialisation, reset or "
+                 number(median) + " (" + key.substr(0, key.find('|')) +
+                 "): left at its initialisation, reset or "
                  "diverged?");
     }
   }
@@ -268,7 +275,8 @@ std::vector<ItemFigures> item_figures(const Input& in, Findings& f) {
         else
           x.stats.add(fl.data(), n);
         // The first index is looked for only in the block where the first one was counted.
-        for (size_t i = 0; i < n && ((x.stats.nan > nan && x.first_nan < 0) || (x.stats.inf > inf && x.first_inf < 0)); ++i) {
+        for (size_t i = 0; i < n && ((x.stats.nan > nan && x.first_nan < 0) || (x.stats.inf > inf && x.first_inf < 0));
+             ++i) {
           const double v = b.wide() ? db[i] : double(fl[i]);
           if (std::isnan(v) && x.first_nan < 0) x.first_nan = int64_t(at + i);
           if (std::isinf(v) && x.first_inf < 0) x.first_inf = int64_t(at + i);

@@ -19,9 +19,9 @@
 #include <thread>
 
 #include "daemon.h"
+#include "mount_point.h"
 #include "zeromount/check/diff.h"
 #include "zeromount/check/verify.h"
-#include "mount_point.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/inspect.h"
 #include "zeromount/ds/source_fs.h"

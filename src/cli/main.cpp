@@ -153,9 +153,10 @@ int main(int argc, char** argv) {
   auto* verify = app.add_subcommand(
       "verify",
       "check a checkpoint for silent corruption: exit 0 all checks pass, 1 warnings, 2 failures (or a usage error)");
-  verify->add_option("path", ckpt,
-                     "a DeepSpeed checkpoint or tag folder, a DCP folder, a safetensors file or folder, a universal "
-                     "folder, or any folder or .pt file (a folder of the mount too)")
+  verify
+      ->add_option("path", ckpt,
+                   "a DeepSpeed checkpoint or tag folder, a DCP folder, a safetensors file or folder, a universal "
+                   "folder, or any folder or .pt file (a folder of the mount too)")
       ->required();
   verify->add_option("--tag", tag, "DeepSpeed tag to verify (default: the one in 'latest')");
   verify->add_flag("--json", json, "JSON report on stdout");
@@ -165,13 +166,15 @@ int main(int argc, char** argv) {
                              "module-matches-masters norm-outlier.\n") +
                  zm::check::kNormRule);
   zm::cli::DiffArgs d;
-  auto* dif = app.add_subcommand("diff", "compare two checkpoints of any formats, parameter by parameter and state by "
-                                         "state: exit 0 same, 1 different, 2 a usage error or an unreadable input");
+  auto* dif = app.add_subcommand("diff",
+                                 "compare two checkpoints of any formats, parameter by parameter and state by "
+                                 "state: exit 0 same, 1 different, 2 a usage error or an unreadable input");
   dif->add_option("a", ckpt, "first checkpoint (any input verify takes)")->required();
   dif->add_option("b", other, "second checkpoint")->required();
   dif->add_option("--tag", d.tag_a, "DeepSpeed tag of A (default: the one in 'latest')");
   dif->add_option("--tag-b", d.tag_b, "DeepSpeed tag of B (default: --tag if given, else B's 'latest')");
-  dif->add_option("--atol", d.atol, "absolute tolerance (numpy.allclose: |a-b| <= atol + rtol*|b|)")->capture_default_str();
+  dif->add_option("--atol", d.atol, "absolute tolerance (numpy.allclose: |a-b| <= atol + rtol*|b|)")
+      ->capture_default_str();
   dif->add_option("--rtol", d.rtol, "relative tolerance")->capture_default_str();
   dif->add_flag("--json", json, "JSON on stdout");
   dif->add_option("--html", html_file, "also write an HTML page to this file");

@@ -99,7 +99,8 @@ class Parser {
         return v;
       }
     const size_t from = at_;
-    while (at_ < s_.size() && (std::isdigit((unsigned char)s_[at_]) || std::string_view("+-.eE").find(s_[at_]) != std::string_view::npos))
+    while (at_ < s_.size() &&
+           (std::isdigit((unsigned char)s_[at_]) || std::string_view("+-.eE").find(s_[at_]) != std::string_view::npos))
       ++at_;
     if (from == at_) fail("unexpected character");
     v.kind = Json::Number;
@@ -165,9 +166,8 @@ constexpr uint64_t kMaxHeader = 100'000'000;
 
 DType dtype_named(const std::string& name, const std::string& where_) {
   static const std::pair<const char*, DType> kNames[] = {
-      {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"F64", DType::F64},
-      {"I64", DType::I64}, {"I32", DType::I32}, {"I16", DType::I16},   {"I8", DType::I8},
-      {"U8", DType::U8},   {"BOOL", DType::Bool}};
+      {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"F64", DType::F64}, {"I64", DType::I64},
+      {"I32", DType::I32}, {"I16", DType::I16}, {"I8", DType::I8},     {"U8", DType::U8},   {"BOOL", DType::Bool}};
   for (const auto& [n, d] : kNames)
     if (name == n) return d;
   throw FormatError(where_ + ": dtype '" + name + "' is not one zeromount reads");
@@ -194,8 +194,8 @@ Header read_header(const File& f) {
     const Json* dt = v.get("dtype");
     const Json* shape = v.get("shape");
     const Json* offs = v.get("data_offsets");
-    if (!dt || dt->kind != Json::String || !shape || shape->kind != Json::Array || !offs ||
-        offs->kind != Json::Array || offs->items.size() != 2)
+    if (!dt || dt->kind != Json::String || !shape || shape->kind != Json::Array || !offs || offs->kind != Json::Array ||
+        offs->items.size() != 2)
       throw FormatError(key + ": not a tensor entry (dtype, shape, data_offsets)");
     Entry e;
     e.name = name;

@@ -23,9 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kAllFixtures = {
-    "z1_ws2_fp32_pg2", "z2_ws2_fp32_pg2",         "z3_ws2_fp32_pg2", "z3_ws2_fp32_pg2_sg200",
-    "z1_ws2_bf16_pg2_fp32acc", "z2_ws2_bf16_pg2", "z3_ws2_bf16_pg2", "z2_ws2_fp16_pg2"};
+const std::vector<std::string> kAllFixtures = {"z1_ws2_fp32_pg2",       "z2_ws2_fp32_pg2",         "z3_ws2_fp32_pg2",
+                                               "z3_ws2_fp32_pg2_sg200", "z1_ws2_bf16_pg2_fp32acc", "z2_ws2_bf16_pg2",
+                                               "z3_ws2_bf16_pg2",       "z2_ws2_fp16_pg2"};
 const std::vector<std::string> kDcpFixtures = {"fsdp2_ws2_fp32", "fsdp2_ws3_fp32", "fsdp2_ws2_bf16mixed",
                                                "torchtitan_ws2_fp32", "fsdp2_ws2_model_only"};
 
@@ -94,7 +94,8 @@ TEST(Verify, EveryDcpFixturePasses) {
 
 TEST(Verify, ConverterOutputsPass) {
   for (const auto& name : test::kFixtureNames) {
-    for (const char* what : {"/ds_to_universal", "/zero_to_fp32/model.safetensors", "/zero_to_fp32/pytorch_model.bin"}) {
+    for (const char* what :
+         {"/ds_to_universal", "/zero_to_fp32/model.safetensors", "/zero_to_fp32/pytorch_model.bin"}) {
       const Findings f = verify(test::kFixtures + "/" + name + what);
       EXPECT_EQ(f.exit_code(), 0) << text(f);
     }
@@ -206,7 +207,8 @@ TEST(Verify, TruncatedSafetensorsFailsItsLayout) {
 }
 
 // A safetensors file of `tensors` (name, values), as the format lays it out.
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, std::vector<float>>>& tensors) {
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, std::vector<float>>>& tensors) {
   std::string header = "{", data;
   for (const auto& [name, v] : tensors) {
     header += std::string(header.size() > 1 ? "," : "") + "\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[" +
@@ -237,7 +239,8 @@ TEST(Verify, ExpertResetToItsInitialisationIsAnOutlier) {
 TEST(Diff, FixtureAgainstConverterOutputsIsEqual) {
   for (const auto& name : test::kFixtureNames) {
     const std::string ck = test::kFixtures + "/" + name + "/checkpoint";
-    for (const char* what : {"/ds_to_universal", "/zero_to_fp32/model.safetensors", "/zero_to_fp32/pytorch_model.bin"}) {
+    for (const char* what :
+         {"/ds_to_universal", "/zero_to_fp32/model.safetensors", "/zero_to_fp32/pytorch_model.bin"}) {
       const DiffResult r = diff(ck, test::kFixtures + "/" + name + what);
       EXPECT_EQ(r.differences(), 0u) << name << what << "\n" << text(r);
       EXPECT_GT(r.rows.size(), 8u) << text(r);
@@ -249,7 +252,7 @@ TEST(Diff, MissingRenamedAndChangedKeysDiffer) {
   const std::string dir = test::temp_dir() + "/u";
   test::copy_fixture("z2_ws2_fp32_pg2/ds_to_universal", dir);
   const std::string zero = dir + "/global_step3_universal/zero";
-  fs::remove(zero + "/fc1.weight/exp_avg.pt");                  // a missing key
+  fs::remove(zero + "/fc1.weight/exp_avg.pt");                 // a missing key
   fs::rename(zero + "/fc2.bias", zero + "/fc2.bias_renamed");  // a renamed key
   const DiffResult r = diff(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", dir);
   size_t missing = 0;
@@ -263,7 +266,8 @@ TEST(Diff, MissingRenamedAndChangedKeysDiffer) {
   patch(one, pt->root->get("param")->tensor->byte_offset(), &x, 4);
   const DiffResult r2 = diff(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", dir);
   bool changed = false;
-  for (const auto& row : r2.rows) changed |= row.param == "fc1.bias" && row.state == "weight" && row.status == "differs";
+  for (const auto& row : r2.rows)
+    changed |= row.param == "fc1.bias" && row.state == "weight" && row.status == "differs";
   EXPECT_TRUE(changed) << text(r2);
 }
 

@@ -10,13 +10,13 @@
 namespace zm::check {
 
 struct DiffOptions {
-  std::string tag_a, tag_b;  // --tag (DeepSpeed inputs)
+  std::string tag_a, tag_b;   // --tag (DeepSpeed inputs)
   double atol = 0, rtol = 0;  // numpy.allclose's rule: |a - b| <= atol + rtol * |b|; NaN equals NaN
 };
 
 struct DiffRow {
-  std::string param, state;          // as matched (prefixes stripped)
-  std::string stored_a, stored_b;    // where each side keeps it; empty: absent on that side
+  std::string param, state;        // as matched (prefixes stripped)
+  std::string stored_a, stored_b;  // where each side keeps it; empty: absent on that side
   std::string shape_a, shape_b, dtype_a, dtype_b;
   // "equal" (bit for bit), "close" (within tolerance), "differs", "shape", "missing in A",
   // "missing in B", "unread" (values not readable on one side)

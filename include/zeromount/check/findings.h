@@ -19,13 +19,13 @@ struct Finding {
 };
 
 struct Findings {
-  std::string input;                   // the path verified
-  std::string kind;                    // what it was read as ("deepspeed tag", "dcp", ...)
-  std::vector<std::string> checks;     // every check that ran, in the order they first ran
-  std::vector<uint64_t> subjects;      // checks[k] looked at this many subjects
-  std::vector<Finding> findings;       // what they found wrong
-  std::vector<std::string> notes;      // what was read, and what was not looked at and why
-  uint64_t bytes_read = 0;             // tensor and record bytes read by the pass
+  std::string input;                // the path verified
+  std::string kind;                 // what it was read as ("deepspeed tag", "dcp", ...)
+  std::vector<std::string> checks;  // every check that ran, in the order they first ran
+  std::vector<uint64_t> subjects;   // checks[k] looked at this many subjects
+  std::vector<Finding> findings;    // what they found wrong
+  std::vector<std::string> notes;   // what was read, and what was not looked at and why
+  uint64_t bytes_read = 0;          // tensor and record bytes read by the pass
   double seconds = 0;
 
   // Says that `check` looked at `n` more subjects: it is listed even when it finds nothing.

@@ -34,9 +34,9 @@ inline constexpr const char* kModule = "module";  // DeepSpeed's module weight i
 inline constexpr const char* kStep = "step";
 
 struct Item {
-  std::string param;   // the parameter (or buffer) name as the input spells it, prefixes kept
-  std::string state;   // kWeight, kModule, kStep, "exp_avg", "exp_avg_sq", or the optimizer's own key
-  std::string stored;  // where it is, for people: "zero/fc1.weight/exp_avg.pt", "model.fc1.weight in .metadata"
+  std::string param;      // the parameter (or buffer) name as the input spells it, prefixes kept
+  std::string state;      // kWeight, kModule, kStep, "exp_avg", "exp_avg_sq", or the optimizer's own key
+  std::string stored;     // where it is, for people: "zero/fc1.weight/exp_avg.pt", "model.fc1.weight in .metadata"
   bool trainable = true;  // false: a buffer or a frozen parameter (no optimizer state expected)
   pt::DType dtype = pt::DType::F32;
   std::vector<int64_t> shape;
