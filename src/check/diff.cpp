@@ -217,7 +217,7 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
       if (x->param != y->param)
         why = "prefix " + (sa.empty() ? std::string() : sa + " stripped from A") +
               (sb.empty() ? std::string() : std::string(sa.empty() ? "" : ", ") + sb + " stripped from B");
-      if (row.state == kWeight && deepspeed(*ia) != deepspeed(*ib))
+      if (row.state == kWeight && x->trainable && y->trainable && deepspeed(*ia) != deepspeed(*ib))
         why += std::string(why.empty() ? "" : "; ") + "DeepSpeed's fp32 master ~ a model weight";
       else if (deepspeed(*ia) != deepspeed(*ib) && row.state != kWeight)
         why +=

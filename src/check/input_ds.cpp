@@ -137,7 +137,9 @@ void add_items(const ds::TagIndex& ix, Input& in) {
     if (ix.module_weights.size() == ix.params.size())
       add_plain(ix.module_weights[pi], kModule, true, p.name + " in the model-state file's module", file_of, in);
   }
-  for (const auto& t : ix.frozen) add_plain(t, kWeight, false, t.name + " (frozen)", file_of, in);
+  // Stage 1 and BF16_Optimizer keep frozen parameters in the module only (in training precision).
+  for (const auto& t : ix.frozen.empty() ? ix.module_frozen : ix.frozen)
+    add_plain(t, kWeight, false, t.name + " (frozen)", file_of, in);
   for (const auto& t : ix.buffers) add_plain(t, kWeight, false, t.name + " (buffer)", file_of, in);
 }
 

@@ -40,7 +40,9 @@ def exported(tmp_path_factory):
         src = os.path.join(FIXTURES, name, "checkpoint")
         r = zm("export", src, root / "all", "--view", "all")
         assert r.returncode == 0, r.stderr
-        r = zm("export", src, root / "layout", "--layout", "zero1-dp3-fp32")
+        # The layout in the source's precision: a precision change is a difference diff must show.
+        prec = "bf16" if "bf16" in name else "fp16" if "fp16" in name else "fp32"
+        r = zm("export", src, root / "layout", "--layout", f"zero1-dp3-{prec}")
         assert r.returncode == 0, r.stderr
         out[name] = root
     return out
@@ -62,7 +64,7 @@ def test_diff_against_own_views_is_zero(exported, name):
         "universal": made / f"{TAG}_universal",
         "fp32 weights": made / f"{TAG}_fp32",
         "dcp": made / f"{TAG}_dcp",
-        "layout zero1-dp3-fp32": exported[name] / "layout",
+        "layout zero1-dp3": exported[name] / "layout",
     }
     for what, path in views.items():
         if not path.exists():
