@@ -206,6 +206,16 @@ TEST(Verify, TruncatedSafetensorsFailsItsLayout) {
   EXPECT_TRUE(found(f, "safetensors-layout", Severity::Fail)) << text(f);
 }
 
+TEST(Verify, TruncatedDcpDataFileFails) {
+  const std::string dir = test::temp_dir() + "/step-3";
+  test::copy_fixture("dcp/fsdp2_ws2_fp32/checkpoint/step-3", dir);
+  const std::string data = dir + "/__1_0.distcp";
+  fs::resize_file(data, fs::file_size(data) - 10);
+  const Findings f = verify(dir);
+  EXPECT_TRUE(found(f, "files-open", Severity::Fail)) << text(f);
+  EXPECT_EQ(f.exit_code(), 2);
+}
+
 // A safetensors file of `tensors` (name, values), as the format lays it out.
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, std::vector<float>>>& tensors) {
