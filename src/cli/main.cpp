@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "zeromount/check/numbers.h"
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/files/weights.h"
@@ -158,6 +159,36 @@ int main(int argc, char** argv) {
   exp->add_option("--threads", threads, "parallel copies")->capture_default_str();
   exp->add_option("--layout", layout, "write layouts/<NAME> (a load_dir), e.g. zero3-dp64-bf16, instead of --view");
 
+  std::string html_file, other;
+  auto* verify = app.add_subcommand(
+      "verify",
+      "check a checkpoint for silent corruption: exit 0 all checks pass, 1 warnings, 2 failures (or a usage error)");
+  verify
+      ->add_option("path", ckpt,
+                   "a DeepSpeed checkpoint or tag folder, a DCP folder, a safetensors file or folder, a universal "
+                   "folder, or any folder or .pt file (a folder of the mount too)")
+      ->required();
+  verify->add_option("--tag", tag, "DeepSpeed tag to verify (default: the one in 'latest')");
+  verify->add_flag("--json", json, "JSON report on stdout");
+  verify->add_option("--html", html_file, "also write the report as an HTML page to this file");
+  verify->footer(std::string("Checks: files-open zip-crc safetensors-layout safetensors-index dcp-chunks ds-index "
+                             "ds-fragments latest finite exp_avg_sq-nonnegative moments-not-reset step-agrees "
+                             "module-matches-masters norm-outlier.\n") +
+                 zm::check::kNormRule);
+  zm::cli::DiffArgs d;
+  auto* dif = app.add_subcommand("diff",
+                                 "compare two checkpoints of any formats, parameter by parameter and state by "
+                                 "state: exit 0 same, 1 different, 2 a usage error or an unreadable input");
+  dif->add_option("a", ckpt, "first checkpoint (any input verify takes)")->required();
+  dif->add_option("b", other, "second checkpoint")->required();
+  dif->add_option("--tag", d.tag_a, "DeepSpeed tag of A (default: the one in 'latest')");
+  dif->add_option("--tag-b", d.tag_b, "DeepSpeed tag of B (default: --tag if given, else B's 'latest')");
+  dif->add_option("--atol", d.atol, "absolute tolerance (numpy.allclose: |a-b| <= atol + rtol*|b|)")
+      ->capture_default_str();
+  dif->add_option("--rtol", d.rtol, "relative tolerance")->capture_default_str();
+  dif->add_flag("--json", json, "JSON on stdout");
+  dif->add_option("--html", html_file, "also write an HTML page to this file");
+
   // Exit codes as sshfs has them: 0, 1 for a failure, 2 for a usage error.
   try {
     app.parse(argc, argv);
@@ -170,6 +201,12 @@ int main(int argc, char** argv) {
     if (*inspect && !html_out.empty()) return zm::cli::inspect_html(ckpt, tag, html_out);
     if (*inspect) return zm::cli::inspect(ckpt, tag, json, layout);
     if (*dump) return zm::cli::dump(file, json);
+    if (*verify) return zm::cli::verify(ckpt, tag, json, html_file);
+    if (*dif) {
+      if (!dif->count("--tag-b")) d.tag_b = d.tag_a;
+      if (!(d.atol >= 0) || !(d.rtol >= 0)) throw zm::cli::UsageError("diff: --atol and --rtol are numbers >= 0");
+      return zm::cli::diff(ckpt, other, d, json, html_file);
+    }
     if (*exp && !layout.empty() && exp->count("--view"))
       throw zm::cli::UsageError("export: --layout writes one load_dir, layouts/" + layout +
                                 "; --view picks made-up folders instead: give one of them");
@@ -187,11 +224,9 @@ int main(int argc, char** argv) {
   } catch (const zm::cli::UsageError& e) {
     std::cerr << "zeromount: " << e.what() << "\n";
     return 2;
-  } catch (const zm::Error& e) {
-    std::cerr << "zeromount: " << e.what() << "\n";
-    return 1;
   } catch (const std::exception& e) {
+    // verify and diff keep 1 for "warnings" / "different": an input they cannot read at all is 2.
     std::cerr << "zeromount: " << e.what() << "\n";
-    return 1;
+    return *verify || *dif ? 2 : 1;
   }
 }
