@@ -129,6 +129,10 @@ int main(int argc, char** argv) {
   app.add_flag("--tp-no-strict", m.tp_no_strict,
                "like ds_to_universal.py --no_strict: do not refuse universal_checkpoint_info patterns that match no "
                "parameter (e.g. a frozen AutoTP parameter)");
+  bool no_index_cache = false;
+  app.add_flag("--no-index-cache", no_index_cache,
+               "index every tag from its files, neither reading nor writing the index cache (as "
+               "ZEROMOUNT_NO_INDEX_CACHE=1)");
   app.add_flag("--bare-zero3-tensors", m.bare_zero3_tensors,
                "write universal param files of ZeRO-3 sources as bare tensors (DeepSpeed < 0.19.3 targets)");
 
@@ -195,6 +199,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (no_index_cache) setenv("ZEROMOUNT_NO_INDEX_CACHE", "1", 1);  // read by ds::index_cache_dir, in this process
   try {
     if (*inspect && !html_out.empty() && (json || !layout.empty()))
       throw zm::cli::UsageError("inspect: --html writes a page; --json and --layout print the index instead");

@@ -355,6 +355,13 @@ std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit
       auto ix = deserialize_index(bytes);
       if (ix->dir == dir && still_valid(*ix)) {
         if (hit) *hit = true;
+        // There its shards were trusted by size, mtime and inode alone (still_valid): say so, since
+        // a shard rewritten in place with the same three keeps its old values (README).
+        if (!ix->shards.empty() && !network_filesystem(ix->shards[0].path).empty())
+          spdlog::info(
+              "{}: index from the cache, its shards checked by size, mtime and inode only (a network "
+              "source); --no-index-cache reads their pickles again",
+              dir);
         return ix;
       }
       spdlog::info("{}: index cache is stale; indexing again", dir);

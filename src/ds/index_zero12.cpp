@@ -228,7 +228,8 @@ void add_whole_buffers(TagIndex& index, const RankState& rs, size_t g, uint32_t 
       const auto it = spanning.find(i);
       if (it == spanning.end() || pt::hash_range(shard.pt->file, e.offset, e.length) != it->second)
         buf.fail(what + ": this rank's copy of the whole buffer differs from rank " +
-                 std::to_string(p.stored[k][0].rank) + "'s");
+                 std::to_string(p.stored[k][0].rank) + "'s (in " + index.shards.at(p.stored[k][0].extent.file).path +
+                 "): one of the two copies is damaged, and nothing says which");
       if (held == p.numel) spanning.erase(it);
     }
     if (at != buf.as_tensor().numel())

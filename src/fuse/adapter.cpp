@@ -94,32 +94,6 @@ bool debugging() {
   return spdlog::should_log(spdlog::level::debug);
 }
 
-// What a read touched, for debugging: "file 3 @4096 +1048576, zero +64, inline +120".
-std::string extents_read(const view::OpenFile& f, uint64_t off, size_t n) {
-  std::string out;
-  for (const auto& s : f.content().segments()) {
-    if (s.start + s.length <= off || s.start >= off + n) continue;
-    const uint64_t a = std::max(off, s.start), b = std::min(off + n, s.start + s.length);
-    if (!out.empty()) out += ", ";
-    switch (s.kind) {
-      case pt::Segment::Stored:
-        out += "file " + std::to_string(s.file) + " @" + std::to_string(s.offset + (a - s.start));
-        break;
-      case pt::Segment::Zero:
-        out += "zero";
-        break;
-      case pt::Segment::Inline:
-        out += "inline";
-        break;
-      case pt::Segment::Computed:
-        out += "computed";
-        break;
-    }
-    out += " +" + std::to_string(b - a);
-  }
-  return out.empty() ? "nothing" : out;
-}
-
 // Who sent a request about `n`: files that show each reader its own view are built for it. Only
 // those ask for the caller's groups, which cost a read of /proc on every request.
 view::Caller caller_of(fuse_req_t req, const view::Inode& n) {
@@ -292,12 +266,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   const auto* h = reinterpret_cast<const view::OpenFile*>(fi->fh);
   try {
+    if (off < 0) throw Error("read at a negative offset", EINVAL);  // FUSE passes the caller's off_t through
     thread_local std::string buf;  // one per worker thread, reused: no allocation per request
     if (buf.size() < size) buf.resize(size);
     const size_t n = h->read(uint64_t(off), buf.data(), size);
     if (debugging())
       spdlog::debug("read {} [{}, +{}): {}", view_of(req).describe(h->inode()), off, size,
-                    extents_read(*h, uint64_t(off), n));
+                    h->content().describe(uint64_t(off), n));
     fuse_reply_buf(req, buf.data(), n);
   } catch (...) {
     fuse_reply_err(req, current_errno(req, "read", &h->inode()));

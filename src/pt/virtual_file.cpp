@@ -144,4 +144,29 @@ size_t VirtualFile::read(uint64_t offset, void* buf, size_t n, const ExtentReade
   return done;
 }
 
+std::string VirtualFile::describe(uint64_t off, size_t n) const {
+  std::string out;
+  for (const auto& s : segs_) {
+    if (s.start + s.length <= off || s.start >= off + n) continue;
+    const uint64_t a = std::max(off, s.start), b = std::min(off + n, s.start + s.length);
+    if (!out.empty()) out += ", ";
+    switch (s.kind) {
+      case Segment::Stored:
+        out += "file " + std::to_string(s.file) + " @" + std::to_string(s.offset + (a - s.start));
+        break;
+      case Segment::Zero:
+        out += "zero";
+        break;
+      case Segment::Inline:
+        out += "inline";
+        break;
+      case Segment::Computed:
+        out += "computed";
+        break;
+    }
+    out += " +" + std::to_string(b - a);
+  }
+  return out.empty() ? "nothing" : out;
+}
+
 }  // namespace zm::pt

@@ -474,3 +474,16 @@ def test_a_run_folder_mount_says_what_it_is(tmp_path):
     finally:
         unmount(str(mnt))
         p.wait(timeout=30)
+
+
+def test_no_index_cache_neither_reads_nor_writes_the_cache(tmp_path, monkeypatch):
+    """--no-index-cache (issue 40): what ZEROMOUNT_NO_INDEX_CACHE=1 did, as a flag."""
+    src = os.path.join(FIXTURES, "z2_ws2_fp32_pg2", "checkpoint")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("ZEROMOUNT_NO_INDEX_CACHE", raising=False)
+    with mount(src, "--no-index-cache") as m:
+        assert "global_step3_universal" in os.listdir(m)
+    assert not (tmp_path / "cache" / "zeromount").exists() or not os.listdir(tmp_path / "cache" / "zeromount")
+    with mount(src) as m:
+        assert "global_step3_universal" in os.listdir(m)
+    assert os.listdir(tmp_path / "cache" / "zeromount"), "without the flag the index is cached"

@@ -235,3 +235,5 @@ def test_a_copy_that_disagrees_refuses_the_tag_naming_file_and_parameter(tmp_pat
         errors = open(f"{m}/.zeromount/errors").read()
         assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in errors and "fc2.weight" in errors, errors
         assert "differs from rank 0's" in errors, errors
+        # Either copy may be the damaged one: both files are named (issue 40).
+        assert "zero_pp_rank_0_mp_rank_00_optim_states.pt" in errors, errors

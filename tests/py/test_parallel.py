@@ -223,6 +223,7 @@ def test_layouts_are_served_whole_or_refused(mnt):
         assert os.listdir(root) == ["README"], "a target that cannot be served whole is not listed"
         assert not os.path.exists(os.path.join(root, own)), "nor found on lookup"
         assert f"Not listed: {own}: " in readme and WHY_NOT[name] in readme, readme
+        assert FIXTURES not in readme and f": {TAG}" in readme, "the tag-relative path, not where SRC lives"
         errors = open(os.path.join(m, ".zeromount", "errors")).read()
         assert f"layouts/{own}: " in errors and WHY_NOT[name] in errors, errors
         return

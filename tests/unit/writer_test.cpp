@@ -304,3 +304,21 @@ TEST(PickleWriter, EveryValueKindRoundTrips) {
 
 }  // namespace
 }  // namespace zm::test
+
+namespace zm::pt {
+namespace {
+
+// The debug log's account of a read (moved from the adapter into VirtualFile: the layer that
+// knows its pieces names them).
+TEST(VirtualFileDescribe, NamesEachPieceARangeTouches) {
+  VirtualFile f;
+  f.append_inline("abcd");
+  f.append_extent({3, 100, 10});
+  f.append_zero(6);
+  EXPECT_EQ(f.describe(2, 5), "inline +2, file 3 @100 +3");
+  EXPECT_EQ(f.describe(8, 100), "file 3 @104 +6, zero +6");
+  EXPECT_EQ(f.describe(20, 4), "nothing");
+}
+
+}  // namespace
+}  // namespace zm::pt

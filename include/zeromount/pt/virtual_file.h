@@ -68,6 +68,9 @@ class VirtualFile {
   // Approximate heap bytes held, for cache accounting.
   size_t memory_bytes() const;
 
+  // What bytes [offset, offset + n) are made of, for debug logs: "file 3 @4096 +1048576, zero +64".
+  std::string describe(uint64_t offset, size_t n) const;
+
   // Copies up to n bytes at `offset`; returns the count (short only at end of file).
   size_t read(uint64_t offset, void* buf, size_t n, const ExtentReader& src) const;
 

@@ -24,6 +24,9 @@ Access least_of(const std::vector<Access>& all);
 
 // A file that is one whole real file, with that file's owner and permissions.
 uint64_t add_real_file(Tree& tree, FileTable& files, uint64_t parent, const std::string& name, const std::string& path);
+// `text` with every "<root>/" taken out: a reason quoted to users names paths below the folder they
+// see, never where the source lives (`.zeromount/errors`, layouts/README).
+std::string relative_to(const std::string& root, std::string text);
 // A file whose whole content is known now.
 uint64_t add_text(Tree& tree, uint64_t parent, const std::string& name, std::string text, struct timespec mtime);
 

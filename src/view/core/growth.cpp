@@ -17,6 +17,7 @@
 #include "zeromount/pt/file.h"
 #include "zeromount/pt/text.h"
 #include "zeromount/view/memo.h"
+#include "zeromount/view/provider.h"
 
 namespace zm::view {
 
@@ -278,10 +279,7 @@ std::string View::errors_text(const Caller& who) const {
     folders = growth_->order;
   }
   // Reasons name files by their path in the mount, never by where SRC is.
-  const auto inside = [&](std::string reason) {
-    for (size_t at; (at = reason.find(root_ + "/")) != std::string::npos;) reason.erase(at, root_.size() + 1);
-    return reason;
-  };
+  const auto inside = [&](const std::string& reason) { return relative_to(root_, reason); };
   std::string text;
   for (const Folder* f : folders) {
     std::vector<std::pair<std::string, std::string>> lines;  // (entry it is about, line)

@@ -137,4 +137,10 @@ void copy_real_entries(Tree& tree, const CheckpointFolder& folder, uint64_t pare
   for (const Inode* n : real) tree.add_copy(parent, *n);
 }
 
+std::string relative_to(const std::string& root, std::string text) {
+  const std::string prefix = root + "/";
+  for (size_t at; (at = text.find(prefix)) != std::string::npos;) text.erase(at, prefix.size());
+  return text;
+}
+
 }  // namespace zm::view

@@ -298,7 +298,7 @@ class LayoutsProvider final : public Provider {
       } catch (const Error& e) {
         spdlog::error("{}/{}: not listed: {}", o.layouts_dir, name, e.what());
         cx.folder().refuse_entry(o.layouts_dir + "/" + name, e.what());
-        refused.push_back(name + ": " + e.what());
+        refused.push_back(name + ": " + relative_to(cx.folder().path(), e.what()));
         continue;
       }
       listed.push_back(name);
