@@ -123,7 +123,9 @@ int rename(const Transform& t, std::string& key) {
   return int(branch);
 }
 
-std::vector<std::string> strings(const json& j) { return j.get<std::vector<std::string>>(); }
+std::vector<std::string> strings(const json& j) {
+  return j.get<std::vector<std::string>>();
+}
 
 // ConversionOps.reverse_op.
 json reverse_op(const json& op) {
@@ -142,7 +144,9 @@ struct Value {
   std::vector<int64_t> shape;
 };
 
-Value whole(const TensorView& v) { return {{v}, 0, v.shape}; }
+Value whole(const TensorView& v) {
+  return {{v}, 0, v.shape};
+}
 
 const TensorView& single(const Value& v, const std::string& what) {
   if (v.parts.size() != 1) throw Error(what + " of a concatenation is not supported", EINVAL);
@@ -166,7 +170,9 @@ Dict run_op(const json& op, Dict in, const Transform& t, const std::string& laye
     TensorView v = single(in[0].second.at(0), what);
     const int d = dim_of(op.at("dim").get<int64_t>(), v.shape.size(), what);
     const int64_t n = int64_t(t.targets.size());
-    if (v.shape[size_t(d)] % n) throw Error(what + ": size " + std::to_string(v.shape[size_t(d)]) + " does not split in " + std::to_string(n), EINVAL);
+    if (v.shape[size_t(d)] % n)
+      throw Error(what + ": size " + std::to_string(v.shape[size_t(d)]) + " does not split in " + std::to_string(n),
+                  EINVAL);
     const int64_t size = v.shape[size_t(d)] / n;
     for (int64_t k = 0; k < n; ++k) {
       TensorView c = v;
@@ -269,8 +275,8 @@ Conversion conversion_named(const std::string& key) {
   }
   c.key = key;
   if (t.at("outside").contains(key)) {
-    c.reason = "transformers' entry '" + key + "' is outside what zeromount interprets: " +
-               t.at("outside").at(key).get<std::string>();
+    c.reason = "transformers' entry '" + key +
+               "' is outside what zeromount interprets: " + t.at("outside").at(key).get<std::string>();
     return c;
   }
   // revert_weight_conversion for a model not made by from_pretrained (as the Trainer's own save of a
@@ -320,6 +326,7 @@ Conversion choose_conversion(const std::string& config_json) {
   for (const auto& [field, sub] : cfg.items())
     if (sub.is_object() && sub.contains("model_type") && sub["model_type"].is_string() &&
         mapping.contains(sub["model_type"].get<std::string>())) {
+      none.key = sub["model_type"].get<std::string>();
       none.reason = "config.json's " + field + " is a sub-model ('" + sub["model_type"].get<std::string>() +
                     "') that transformers converts with transforms scoped to its module, which zeromount "
                     "does not reproduce";
@@ -362,7 +369,7 @@ std::vector<SavedTensor> saved_layout(const Conversion& c, const std::vector<Run
   };
   std::vector<SavedTensor> out;
   std::vector<Bucket> buckets;
-  std::map<std::string, size_t> bucket_of;  // converter key -> bucket
+  std::map<std::string, size_t> bucket_of;       // converter key -> bucket
   std::vector<std::pair<size_t, size_t>> order;  // (0, position in out) or (1, bucket), in run-time order
   for (size_t k = 0; k < runtime.size(); ++k) {
     std::string key = runtime[k].name;
@@ -400,7 +407,8 @@ std::vector<SavedTensor> saved_layout(const Conversion& c, const std::vector<Run
     const std::string& layer =
         std::find_if(bucket_of.begin(), bucket_of.end(), [&](const auto& e) { return e.second == at; })->first;
     Dict values = std::move(buckets[at].collected);
-    for (const json& op : buckets[at].converter->ops) values = run_op(op, std::move(values), *buckets[at].converter, layer);
+    for (const json& op : buckets[at].converter->ops)
+      values = run_op(op, std::move(values), *buckets[at].converter, layer);
     // WeightConverter.convert: the targets get the prefix and suffix around the first of them
     // found in the layer name (".*." read as ".0.").
     const std::string full = replace_all(layer, ".*.", ".0.");

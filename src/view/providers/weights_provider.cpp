@@ -4,7 +4,12 @@
 //             for inference. Shown only for 16-bit runs; fp32 runs have <T>_fp32 alone.
 // Beside the weights (one model.safetensors, or shards and their index) each shows the checkpoint
 // folder's config.json, generation_config.json and tokenizer files, where it has them.
+// Tensor names and shapes are save_pretrained's (-o weights_names=saved, the default): transformers
+// 5's conversion table reversed for the config.json's model (files/saved_layout.h); where the table
+// cannot be followed, the run-time names are kept and README.md says why.
+#include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "zeromount/view/files/weights.h"
 #include "zeromount/view/provider.h"
@@ -52,10 +57,22 @@ class WeightsProvider final : public Provider {
     copy_real_entries(cx.tree(), cx.folder(), d, model_file);
     const MountedTag* t = &tag;
     const Weights which = which_;
-    auto plan = std::make_shared<const WeightShards>(plan_weights(tag, which, cx.options().max_shard_bytes));
+    auto names = std::make_shared<const Conversion>(conversion(cx));
+    std::shared_ptr<const WeightShards> plan;
+    try {
+      plan = std::make_shared<const WeightShards>(plan_weights(tag, which, cx.options().max_shard_bytes, names.get()));
+    } catch (const Error& e) {  // a tensor that does not fit its converter: the run-time names, and why
+      Conversion kept;
+      kept.key = names->key;
+      kept.reason = std::string("transformers' entry '") + names->key + "' does not fit this run: " + e.what();
+      names = std::make_shared<const Conversion>(std::move(kept));
+      plan = std::make_shared<const WeightShards>(plan_weights(tag, which, cx.options().max_shard_bytes));
+    }
+    if (!names->key.empty() && !names->saved())
+      cx.add_text(d, "README.md", readme(*names, cx.options().weights_saved_names), mtime);
     for (size_t k = 0; k < plan->files.size(); ++k)
       cx.tree().add_file(d, plan->files[k], mtime,
-                         [t, which, plan, k] { return weights_file(*t, which, plan->tensors[k]); });
+                         [t, which, plan, k, names] { return weights_file(*t, which, plan->tensors[k], names.get()); });
     if (plan->sharded()) cx.add_text(d, "model.safetensors.index.json", weights_index(*plan), mtime);
   }
 
@@ -72,6 +89,30 @@ class WeightsProvider final : public Provider {
   }
 
  private:
+  // The table entry for the folder's config.json, read when the tag's folder is made (a config.json
+  // copied in later is shown, but does not rename what was planned).
+  static Conversion conversion(ProviderContext& cx) {
+    const bool saved = cx.options().weights_saved_names;
+    std::ifstream in(cx.folder().path() + "/config.json", std::ios::binary);
+    std::ostringstream text;
+    if (in) text << in.rdbuf();
+    Conversion c = choose_conversion(text.str());
+    if (!saved && c.saved()) {
+      c.rules.reset();
+      c.reason = "-o weights_names=runtime";
+    }
+    return c;
+  }
+  static std::string readme(const Conversion& c, bool saved) {
+    return "# Tensor names in this folder\n\nThese weights keep the names and shapes the run had (what DeepSpeed "
+           "saved), "
+           "not the layout transformers' save_pretrained writes: " +
+           c.reason + ".\n\ntransformers " + conversions_version() +
+           " loads them either way. Readers that expect save_pretrained's layout (vLLM, llama.cpp's converter, "
+           "transformers 4, PEFT adapters keyed by module name) may not.\n" +
+           (saved ? "" : "Mount with -o weights_names=saved (the default) for save_pretrained's layout.\n");
+  }
+
   // "" when this tag has no such folder.
   std::string folder_suffix(const ds::TagIndex& ix) const {
     if (which_ == Weights::Master) return "_fp32";
