@@ -46,7 +46,7 @@ class Mount:
     def __init__(self, zeromount, src):
         self.mnt = tempfile.mkdtemp(prefix="zm-fsdp-")
         subprocess.run([zeromount, src, self.mnt], check=True, env={**os.environ, "ZEROMOUNT_NO_INDEX_CACHE": "1"})
-        self.pid = int(subprocess.run(["pgrep", "-n", "-f", f"zeromount {src} {self.mnt}"], capture_output=True,
+        self.pid = int(subprocess.run(["pgrep", "-n", "-f", f"{src} {self.mnt}"], capture_output=True,
                                       text=True, check=True).stdout.split()[0])
         os.listdir(self.mnt)
 

@@ -20,6 +20,8 @@
 
 #include "daemon.h"
 #include "mount_point.h"
+#include "zeromount/check/diff.h"
+#include "zeromount/check/verify.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/inspect.h"
 #include "zeromount/ds/source_fs.h"
@@ -328,6 +330,7 @@ int mount(const MountOptions& o) {
   vo.report = o.report;
   vo.max_shard_bytes = o.max_shard_bytes;
   vo.weights_saved_names = o.weights_saved_names;
+  vo.cache_bytes = size_t(o.cache_bytes);
   // A bad -o option is a usage error now, before the checkpoint is indexed (which may take long).
   if (const std::string why = fuse::option_problem(o.fuse_opts); !why.empty()) throw UsageError(why);
   vo.mount_point = mountpoint;
@@ -406,6 +409,40 @@ int mount(const MountOptions& o) {
       o.log_file);
   if (rc == 0) tune();
   return rc;
+}
+
+namespace {
+
+// --html FILE: written whole, then renamed, so that a reader never sees half a page.
+void write_page(const std::string& path, const std::string& page) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << page;
+    if (!out.flush()) throw Error(tmp + ": cannot write: " + std::strerror(errno), EIO);
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+int verify(const std::string& path, const std::string& tag, bool json, const std::string& html) {
+  const check::Findings f = check::verify(path, tag);
+  std::cout << (json ? check::json(f) : check::text(f));
+  if (!html.empty()) write_page(html, check::html(f));
+  return f.exit_code();
+}
+
+int diff(const std::string& a, const std::string& b, const DiffArgs& d, bool json, const std::string& html) {
+  check::DiffOptions o;
+  o.tag_a = d.tag_a;
+  o.tag_b = d.tag_b;
+  o.atol = d.atol;
+  o.rtol = d.rtol;
+  const check::DiffResult r = check::diff(a, b, o);
+  std::cout << (json ? check::json(r) : check::text(r));
+  if (!html.empty()) write_page(html, check::html(r));
+  return r.exit_code();
 }
 
 }  // namespace zm::cli

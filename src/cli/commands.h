@@ -36,6 +36,16 @@ int dump(const std::string& file, bool json);
 int export_view(const std::string& source, const std::string& out, const std::string& what, unsigned threads,
                 const std::string& layout = {});
 
+// verify: prints the report (text or JSON), writes `html` when given; returns 0, 1 (warnings) or 2
+// (failures). An input that cannot be read at all throws (exit 2 in main).
+int verify(const std::string& path, const std::string& tag, bool json, const std::string& html);
+struct DiffArgs {
+  std::string tag_a, tag_b;
+  double atol = 0, rtol = 0;
+};
+// diff: 0 when every compared item is equal or within tolerance, 1 otherwise.
+int diff(const std::string& a, const std::string& b, const DiffArgs& d, bool json, const std::string& html);
+
 // The rescan period on a network filesystem or object-storage client, unless -o rescan=S is given.
 constexpr double kNetworkRescanSeconds = 60;
 
@@ -59,6 +69,7 @@ struct MountOptions {
   uint64_t max_shard_bytes = 5'000'000'000;             // -o max_shard_size: consolidated weights' shards
   bool report = true;                                   // -o report=off: no report pages
   bool weights_saved_names = true;                      // -o weights_names=saved|runtime
+  uint64_t cache_bytes = 16u << 20;                     // -o cache=BYTES: built files' headers kept
 };
 int mount(const MountOptions& opts);
 

@@ -4,12 +4,14 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
 
 #include "commands.h"
+#include "zeromount/check/numbers.h"
 #include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/files/weights.h"
@@ -28,9 +30,9 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
   return out;
 }
 
-// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N, weights_names=W, report=off and crc are zeromount's,
-// not libfuse's. The comma that splits -o values also splits the preset list, so the items after layouts= that are
-// layout names (which no libfuse option is) belong to it.
+// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N, weights_names=W, cache=BYTES, report=off and crc
+// are zeromount's, not libfuse's. The comma that splits -o values also splits the preset list, so the items after
+// layouts= that are layout names (which no libfuse option is) belong to it.
 std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
   using zm::cli::UsageError;
   std::vector<std::string> rest;
@@ -64,6 +66,14 @@ std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm:
       } catch (const zm::Error& e) {
         throw UsageError(e.what());
       }
+    } else if (o.starts_with("cache=")) {
+      in_list = false;
+      const std::string n = o.substr(6);
+      errno = 0;
+      char* end = nullptr;
+      m.cache_bytes = std::strtoull(n.c_str(), &end, 10);
+      if (n.empty() || *end || errno || n.find_first_not_of("0123456789") != std::string::npos)
+        throw UsageError("-o cache: '" + n + "' is not a number of bytes");
     } else if (o.starts_with("layouts=")) {
       in_list = true;
       if (o.size() > 8)
@@ -106,8 +116,8 @@ int main(int argc, char** argv) {
          "-o", raw_opts,
          "mount options (comma separated): zeromount's layouts=a,b layouts_dir=NAME rescan=S "
          "max_shard_size=SIZE (weights folders' shards, default 5GB) weights_names=saved|runtime (weights folders' "
-         "tensor names: as save_pretrained writes them, the default, or as the run had them) crc report=off (no "
-         "report pages); libfuse's "
+         "tensor names: as save_pretrained writes them, the default, or as the run had them) cache=BYTES (built "
+         "files' headers kept, default 16 MiB) crc report=off (no report pages); libfuse's "
          "allow_other, ...")
       ->allow_extra_args(false);
   app.add_flag("-f,--foreground", m.foreground, "stay in the foreground");
@@ -155,6 +165,36 @@ int main(int argc, char** argv) {
   exp->add_option("--threads", threads, "parallel copies")->capture_default_str();
   exp->add_option("--layout", layout, "write layouts/<NAME> (a load_dir), e.g. zero3-dp64-bf16, instead of --view");
 
+  std::string html_file, other;
+  auto* verify = app.add_subcommand(
+      "verify",
+      "check a checkpoint for silent corruption: exit 0 all checks pass, 1 warnings, 2 failures (or a usage error)");
+  verify
+      ->add_option("path", ckpt,
+                   "a DeepSpeed checkpoint or tag folder, a DCP folder, a safetensors file or folder, a universal "
+                   "folder, or any folder or .pt file (a folder of the mount too)")
+      ->required();
+  verify->add_option("--tag", tag, "DeepSpeed tag to verify (default: the one in 'latest')");
+  verify->add_flag("--json", json, "JSON report on stdout");
+  verify->add_option("--html", html_file, "also write the report as an HTML page to this file");
+  verify->footer(std::string("Checks: files-open zip-crc safetensors-layout safetensors-index dcp-chunks ds-index "
+                             "ds-fragments latest finite exp_avg_sq-nonnegative moments-not-reset step-agrees "
+                             "module-matches-masters norm-outlier.\n") +
+                 zm::check::kNormRule);
+  zm::cli::DiffArgs d;
+  auto* dif = app.add_subcommand("diff",
+                                 "compare two checkpoints of any formats, parameter by parameter and state by "
+                                 "state: exit 0 same, 1 different, 2 a usage error or an unreadable input");
+  dif->add_option("a", ckpt, "first checkpoint (any input verify takes)")->required();
+  dif->add_option("b", other, "second checkpoint")->required();
+  dif->add_option("--tag", d.tag_a, "DeepSpeed tag of A (default: the one in 'latest')");
+  dif->add_option("--tag-b", d.tag_b, "DeepSpeed tag of B (default: --tag if given, else B's 'latest')");
+  dif->add_option("--atol", d.atol, "absolute tolerance (numpy.allclose: |a-b| <= atol + rtol*|b|)")
+      ->capture_default_str();
+  dif->add_option("--rtol", d.rtol, "relative tolerance")->capture_default_str();
+  dif->add_flag("--json", json, "JSON on stdout");
+  dif->add_option("--html", html_file, "also write an HTML page to this file");
+
   // Exit codes as sshfs has them: 0, 1 for a failure, 2 for a usage error.
   try {
     app.parse(argc, argv);
@@ -167,6 +207,12 @@ int main(int argc, char** argv) {
     if (*inspect && !html_out.empty()) return zm::cli::inspect_html(ckpt, tag, html_out);
     if (*inspect) return zm::cli::inspect(ckpt, tag, json, layout);
     if (*dump) return zm::cli::dump(file, json);
+    if (*verify) return zm::cli::verify(ckpt, tag, json, html_file);
+    if (*dif) {
+      if (!dif->count("--tag-b")) d.tag_b = d.tag_a;
+      if (!(d.atol >= 0) || !(d.rtol >= 0)) throw zm::cli::UsageError("diff: --atol and --rtol are numbers >= 0");
+      return zm::cli::diff(ckpt, other, d, json, html_file);
+    }
     if (*exp && !layout.empty() && exp->count("--view"))
       throw zm::cli::UsageError("export: --layout writes one load_dir, layouts/" + layout +
                                 "; --view picks made-up folders instead: give one of them");
@@ -184,11 +230,9 @@ int main(int argc, char** argv) {
   } catch (const zm::cli::UsageError& e) {
     std::cerr << "zeromount: " << e.what() << "\n";
     return 2;
-  } catch (const zm::Error& e) {
-    std::cerr << "zeromount: " << e.what() << "\n";
-    return 1;
   } catch (const std::exception& e) {
+    // verify and diff keep 1 for "warnings" / "different": an input they cannot read at all is 2.
     std::cerr << "zeromount: " << e.what() << "\n";
-    return 1;
+    return *verify || *dif ? 2 : 1;
   }
 }

@@ -15,6 +15,7 @@
 #include "zeromount/ds/shard_set.h"
 #include "zeromount/ds/source_dir.h"
 #include "zeromount/ds/source_path.h"
+#include "zeromount/ds/sources.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/file.h"
 
@@ -23,16 +24,6 @@ namespace zm::ds {
 namespace fs = std::filesystem;
 
 namespace {
-
-// By name only: a tag folder's entries are not followed here (a link loop in it must not stop the scan).
-bool holds_optim_states(const Dir& dir) {
-  std::error_code ec;
-  for (const Dir::Entry& e : dir.list(ec)) {
-    auto n = parse_shard_name(e.name);
-    if (n && n->kind == FileKind::OptimStates) return true;
-  }
-  return false;
-}
 
 // `dir`'s path joined with one of its names.
 std::string join(const std::string& dir, const std::string& name) {
@@ -58,6 +49,16 @@ StepValue::Kind common_step_kind(const TagIndex& index) {
 }
 
 }  // namespace
+
+// By name only: a tag folder's entries are not followed here (a link loop in it must not stop the scan).
+bool holds_optim_states(const Dir& dir) {
+  std::error_code ec;
+  for (const Dir::Entry& e : dir.list(ec)) {
+    auto n = parse_shard_name(e.name);
+    if (n && n->kind == FileKind::OptimStates) return true;
+  }
+  return false;
+}
 
 std::vector<std::pair<std::string, std::string>> tag_folder_files(const std::string& dir) {
   std::vector<std::pair<std::string, std::string>> files;
@@ -153,7 +154,7 @@ bool any_folder_in(const OpenFolder& dir, const std::string& skip, const std::fu
 }
 
 bool holds_tag_folder(const OpenFolder& dir, const std::string& skip) {
-  return any_folder_in(dir, skip, [](const OpenFolder& d) { return holds_optim_states(d.dir); });
+  return any_folder_in(dir, skip, [](const OpenFolder& d) { return reader_of(d.dir) != nullptr; });
 }
 
 bool holds_tag_folder(const std::string& dir, const std::string& skip) {
@@ -193,10 +194,7 @@ CheckpointDir scan_folder(const std::string& root, const std::string& skip, cons
   const std::vector<Dir::Entry> entries = dir.dir.ok() ? dir.dir.list(ec) : std::vector<Dir::Entry>{};
   if (ec) throw Error(path + ": cannot list: " + ec.message(), ec.value());
   if (const auto text = read_latest(dir.dir)) c.latest = latest_tag(*text);
-  c.root_is_tag = std::any_of(entries.begin(), entries.end(), [](const Dir::Entry& e) {
-    auto n = parse_shard_name(e.name);
-    return n && n->kind == FileKind::OptimStates;
-  });
+  c.root_is_tag = reader_of(dir.dir) != nullptr;
   // A tag folder reached twice (a real one and an alias link to it) is one tag, under its real
   // name; a link to a folder elsewhere is a tag under the link's name.
   std::map<std::string, std::pair<bool, std::string>> by_target;  // canonical -> (is a link, name)
@@ -205,7 +203,7 @@ CheckpointDir scan_folder(const std::string& root, const std::string& skip, cons
     const OpenFolder target = folder_at(dir, e, skip, &why);
     const bool link = is_link(dir.dir, e);
     if (!why.empty() && link) c.refused.emplace_back(e.name, why);
-    if (!target.dir.ok() || !holds_optim_states(target.dir)) continue;
+    if (!target.dir.ok() || !reader_of(target.dir)) continue;
     auto [at, fresh] = by_target.try_emplace(target.path, link, e.name);
     if (!fresh && at->second.first && (!link || e.name < at->second.second)) at->second = {link, e.name};
   }
@@ -215,6 +213,12 @@ CheckpointDir scan_folder(const std::string& root, const std::string& skip, cons
 }
 
 std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict) {
+  const std::string dir = resolve(fs::absolute(tag_dir).lexically_normal().string());
+  if (const SourceReader* r = reader_of(open_dir(dir))) return r->index(dir, tp_strict);
+  throw Error(where(dir, "no *_optim_states.pt files and no DCP .metadata: not a training checkpoint"), ENOENT);
+}
+
+std::unique_ptr<TagIndex> index_deepspeed(const std::string& tag_dir, bool tp_strict) {
   auto index = std::make_unique<TagIndex>();
   index->dir = resolve(fs::absolute(tag_dir).lexically_normal().string());
   index->tag = fs::path(index->dir).filename().string();

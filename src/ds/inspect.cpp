@@ -93,6 +93,7 @@ const char* step_kind_name(StepValue::Kind k) {
 }  // namespace
 
 std::string stage_text(const TagIndex& ix) {
+  if (ix.source == SourceKind::Dcp) return "none: a DCP save (" + ix.source_style + ")";
   if (ix.bf16_optimizer) return "BF16_Optimizer (ZeRO-1 layout)";
   std::string s = "ZeRO-" + std::to_string(ix.stage);
   if (ix.stage == 3) s += " (" + std::to_string(ix.scalars.size()) + " sub-groups)";
@@ -144,15 +145,20 @@ std::string inspect_text(const TagIndex& ix) {
   if (ix.parallel())
     line("grid", "pp " + std::to_string(ix.pp) + " x tp " + std::to_string(ix.tp) + " x dp " + std::to_string(ix.dp) +
                      (ix.autoep() ? ", AutoEP ep " + std::to_string(ix.ep) : ""));
-  line("optimizer",
-       std::string(optimizer_class_name(ix.optimizer)) + " (step stored as " + step_kind_name(ix.step_kind) + ")");
+  if (ix.source == SourceKind::Dcp)
+    line("optimizer", ix.optimizer_saved
+                          ? std::string("torch's, by name (step stored as ") + step_kind_name(ix.step_kind) + ")"
+                          : std::string("none saved (the model only)"));
+  else
+    line("optimizer",
+         std::string(optimizer_class_name(ix.optimizer)) + " (step stored as " + step_kind_name(ix.step_kind) + ")");
   line("training", std::string(pt::dtype_name(ix.module_dtype)) + " module weights");
   line("dtype", std::string(pt::dtype_name(ix.master_dtype)) + " master weights; optimizer states: " + states_text(ix));
   std::string per_group;
   for (const auto& k : ix.scalar_names) per_group += (per_group.empty() ? "" : ", ") + k;
   if (!per_group.empty()) line("per group", per_group);
   if (ix.elastic) line("elastic", "yes (elastic_checkpoint: per-group states as a list, no param_groups)");
-  line("loss scale", loss_scaler_text(ix.loss_scaler));
+  if (ix.source == SourceKind::DeepSpeed) line("loss scale", loss_scaler_text(ix.loss_scaler));
   line("groups", std::to_string(ix.num_groups) + " param groups");
   if (const StepValue* step = ix.run_step()) line("step", pt::format_double(step_number(ix, *step)));
   line("params", with_commas(ix.params.size()) + " trainable (" + with_commas(numel) + " elements, " +
@@ -190,6 +196,7 @@ std::string inspect_json(const TagIndex& ix) {
   using pt::json_escape;
   std::string o =
       "{\"format\":1,\"tag\":" + json_escape(ix.tag) + ",\"dir\":" + json_escape(ix.dir) +
+      ",\"source\":" + json_escape(ix.source == SourceKind::Dcp ? "dcp:" + ix.source_style : "deepspeed") +
       ",\"stage\":" + std::to_string(ix.stage) + ",\"bf16_optimizer\":" + (ix.bf16_optimizer ? "true" : "false") +
       ",\"dp\":" + std::to_string(ix.dp) + ",\"tp\":" + std::to_string(ix.tp) + ",\"pp\":" + std::to_string(ix.pp) +
       ",\"ep\":" + std::to_string(ix.ep) + ",\"dtype\":\"" + std::string(pt::dtype_name(ix.master_dtype)) +

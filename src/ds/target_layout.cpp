@@ -277,6 +277,12 @@ TargetLayout source_layout(const TagIndex& index) {
   return source_layout(index, source_options(index));
 }
 
+std::string native_layout_refusal(const TagIndex& index) {
+  if (index.source == SourceKind::DeepSpeed) return "";
+  return "a DCP source (" + index.source_style +
+         ") has no DeepSpeed model-state files, which a native layout's are made from (not made up yet)";
+}
+
 PartitionPlan plan_partitions(const TagIndex& index, const TargetLayout& target, const SourceOptions& source) {
   if (target.dp < 1 || target.dp > kMaxLayoutDp)
     refuse(index, target, "DP size must be 1.." + std::to_string(kMaxLayoutDp) + " (fake-layouts.md §6)");
@@ -292,6 +298,7 @@ PartitionPlan plan_partitions(const TagIndex& index, const TargetLayout& target,
         "the source's master weights are " + std::string(pt::dtype_name(index.master_dtype)) +
             " (fp16/bf16_master_weights_and_gradients); only fp32 masters are re-partitioned (fake-layouts.md §3.1)");
   if (index.num_groups < 1 || index.params.empty()) refuse(index, target, "the source has no trainable parameter");
+  if (const std::string why = native_layout_refusal(index); !why.empty()) refuse(index, target, why);
   if (!index.whole_states.empty() && (zero3 || target.stage == TargetStage::Bf16Opt))
     refuse(index, target,
            "the source ran DeepSpeed's Muon, whose whole-parameter momentum buffers only ZeRO-1/2 keep: ZeRO-3 "

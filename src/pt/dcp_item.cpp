@@ -34,4 +34,19 @@ ChunkBytes chunk_bytes(const File& data_file, const StoredKey& k, const StoredCh
   return {t.byte_offset(), t.nbytes()};
 }
 
+const Node* item_value(const File& data_file, const StoredKey& k, Arena& arena) {
+  const std::string& path = data_file.path();
+  if (k.tensor || k.chunks.size() != 1)
+    throw FormatError(where(path, "key '" + k.fqn + "': a tensor, not a bytes item"));
+  const StorageInfo& at = k.chunks[0].storage;
+  const ZipReader zip(data_file, at.offset, at.length);
+  const ZipEntry* pkl = zip.find("data.pkl");
+  if (!pkl) throw FormatError(where(path, "key '" + k.fqn + "': item @" + std::to_string(at.offset) + ": no data.pkl"));
+  const std::string pickle = zip.read(*pkl, at.length);
+  const StorageResolver no_tensors = [&](const std::string&, uint64_t) -> uint64_t {
+    throw FormatError(where(path, "key '" + k.fqn + "': a bytes item that holds a tensor"));
+  };
+  return decode_pickle(pickle, arena, path, no_tensors);
+}
+
 }  // namespace zm::pt::dcp

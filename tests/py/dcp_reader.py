@@ -17,6 +17,9 @@ class Obj:
     def __setstate__(self, state):
         if isinstance(state, dict):
             self.__dict__.update(state)
+        elif isinstance(state, tuple) and len(state) == 2 and all(s is None or isinstance(s, dict) for s in state):
+            for part in state:  # a class with __slots__ (torch's own files): (__dict__, slots)
+                self.__dict__.update(part or {})
         else:
             self.state = state
 
@@ -26,6 +29,8 @@ def _stub(name):
 
 
 class _Index(Obj):
+    offset = None  # torch's own files leave it out of a bytes item's state
+
     def __hash__(self):
         return hash((self.fqn, self.offset))
 
@@ -38,6 +43,8 @@ CLASSES = {
     ("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING"): lambda v: ("memfmt", v),
     ("torch.serialization", "_get_layout"): lambda name: name,
     ("torch", "Size"): lambda dims: tuple(dims),
+    ("pathlib", "PosixPath"): lambda *parts: "/".join(parts),  # storage_meta.checkpoint_id of torch's files
+    ("pathlib._local", "PosixPath"): lambda *parts: "/".join(parts),
 }
 
 

@@ -92,5 +92,39 @@ TEST(Memo, ARunTimeBudgetWeighsByItsFunctionAndOneBuildServesEveryReader) {
   EXPECT_EQ(memo.bytes(), 80u);
 }
 
+// Issue 44: a run-time budget of 0 keeps the newest value only (it used to mean no budget at all),
+// and the Memo counts the values it evicts while they are still made or held: the storm of
+// stress_test.cpp must see that happen.
+TEST(Memo, ABudgetOfZeroKeepsTheNewestAndCountsEvictionsOfValuesInUse) {
+  view::MemoWeight weight;
+  view::Memo<int, Weighed, std::numeric_limits<size_t>::max()> memo(
+      0, [](const Weighed& w) { return w.size; }, &weight);
+  auto make = [](uint64_t size) { return [size] { return std::make_shared<const Weighed>(Weighed{size}); }; };
+  auto held = memo.get(1, make(10));
+  memo.get(2, make(10));
+  EXPECT_EQ(memo.size(), 1u) << "only the newest is kept";
+  EXPECT_EQ(memo.evicted_in_use(), 1u) << "1 went while held";
+  memo.get(3, make(10));
+  EXPECT_EQ(memo.evicted_in_use(), 1u) << "nobody held 2";
+  EXPECT_EQ(held->size, 10u) << "a holder keeps what it holds";
+
+  // A value still being made, evicted: its maker and its waiters still get it.
+  std::atomic<bool> started{false}, release{false};
+  std::thread maker([&] {
+    auto v = memo.get(4, [&] {
+      started = true;
+      while (!release) std::this_thread::yield();
+      return std::make_shared<const Weighed>(Weighed{7});
+    });
+    EXPECT_EQ(v->size, 7u);
+  });
+  while (!started) std::this_thread::yield();
+  memo.get(5, make(10));  // once 5 weighs something, 4 (still being made) goes
+  EXPECT_EQ(memo.evicted_in_use(), 2u);
+  EXPECT_EQ(weight.evicted_in_use.load(), 2u);
+  release = true;
+  maker.join();
+}
+
 }  // namespace
 }  // namespace zm

@@ -17,7 +17,7 @@ namespace zm::ds {
 struct CheckpointDir {
   std::string root;                   // absolute
   std::optional<std::string> latest;  // content of `latest`, stripped
-  std::vector<std::string> tags;      // sub-folders that hold *_optim_states.pt files, in tag_order
+  std::vector<std::string> tags;      // sub-folders that are tags of a source kind (sources.h), in tag_order
   bool root_is_tag = false;           // the folder itself holds the shards
   // Entries not looked into, with why: a link that leads into the mount itself (ds::resolve).
   std::vector<std::pair<std::string, std::string>> refused;
@@ -36,8 +36,8 @@ CheckpointDir scan_checkpoint(const std::string& path, const std::string& skip =
 CheckpointDir scan_folder(const std::string& root, const std::string& skip, const std::string& named = "");
 // Whether a sub-folder of `dir` (not `skip`) satisfies `is`; stops at the first one found.
 bool any_folder_in(const OpenFolder& dir, const std::string& skip, const std::function<bool(const OpenFolder&)>& is);
-// Whether a sub-folder of `dir` (not `skip`) holds *_optim_states.pt files, i.e. `dir` is a
-// checkpoint folder.
+// Whether a sub-folder of `dir` (not `skip`) is a tag of any source kind (sources.h), i.e. `dir`
+// is a checkpoint folder.
 bool holds_tag_folder(const OpenFolder& dir, const std::string& skip = "");
 bool holds_tag_folder(const std::string& dir, const std::string& skip = "");
 // SRC's `latest` byte for byte (DeepSpeed writes the tag without a newline), or nothing when it is
@@ -56,7 +56,12 @@ bool tag_order(const std::string& a, const std::string& b);
 // when the checkpoint is incomplete, inconsistent or of a layout that is not supported.
 // `tp_strict` refuses universal_checkpoint_info patterns that match no parameter, as
 // ds_to_universal.py does without --no_strict.
+// Dispatches to the source reader the folder is a tag of (sources.h).
 std::unique_ptr<TagIndex> index_tag(const std::string& tag_dir, bool tp_strict = true);
+// DeepSpeed's reader: the folder's *_optim_states.pt and model-state files.
+std::unique_ptr<TagIndex> index_deepspeed(const std::string& tag_dir, bool tp_strict);
+// Whether `dir` holds *_optim_states.pt files (by name): a DeepSpeed tag.
+bool holds_optim_states(const Dir& dir);
 
 // Positions in index.params in the order the model holds them (its state dict's 'module' in the
 // first model-state file), where the index keeps them group by group. Parameters 'module' does not

@@ -151,10 +151,19 @@ struct OptimizerGlobals {
   int num_groups = 0;
 };
 
+// Which reader made a TagIndex, the description of one saved training state every view reads.
+enum class SourceKind : uint8_t {
+  DeepSpeed,  // ZeRO-1/2/3, BF16_Optimizer: the fields below as DeepSpeed's files have them
+  Dcp,        // a DCP folder (dcp_source.h): no ZeRO stage (0), no model-state files
+};
+
 struct TagIndex : OptimizerGlobals {
   std::string tag;  // folder name, e.g. global_step3
   std::string dir;  // absolute path of the tag folder
-  int dp = 0;       // data-parallel (ZeRO partition) size W
+  SourceKind source = SourceKind::DeepSpeed;
+  std::string source_style;     // Dcp: "fsdp2", "torchtitan", "hf-fsdp", "model-only"
+  bool optimizer_saved = true;  // false: a model-only save, whose params keep their weights alone
+  int dp = 0;                   // data-parallel (ZeRO partition) size W
   int mp = 1;
   int tp = 1, pp = 1;  // the (pp, tp, dp) grid; dp is `dp`
   int ep = 1;          // AutoEP: the largest autoep_size of its layers

@@ -6,6 +6,7 @@
 
 #include "zeromount/pt/dcp_read.h"
 #include "zeromount/pt/file.h"
+#include "zeromount/pt/value.h"
 
 namespace zm::pt::dcp {
 
@@ -19,5 +20,10 @@ struct ChunkBytes {
 // Throws FormatError naming the data file and the key when the item is not a torch.save archive
 // of one contiguous tensor of the chunk's dtype and sizes, or runs past the item's range.
 ChunkBytes chunk_bytes(const File& data_file, const StoredKey& k, const StoredChunk& c);
+
+// The value a bytes item pickles (a hyper-parameter, a group's parameter names), decoded into
+// `arena`, never run. Throws FormatError naming the data file and the key when the item is not a
+// torch.save archive of a value without tensors.
+const Node* item_value(const File& data_file, const StoredKey& k, Arena& arena);
 
 }  // namespace zm::pt::dcp

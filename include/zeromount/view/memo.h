@@ -15,9 +15,10 @@
 
 namespace zm::view {
 
-// What the values kept by some Memos weigh together, for .zeromount/stats.
+// What the values kept by some Memos weigh together, for .zeromount/stats; evicted_in_use: values
+// dropped while still being made or held by a reader (they live on until those let go).
 struct MemoWeight {
-  std::atomic<uint64_t> bytes{0}, entries{0};
+  std::atomic<uint64_t> bytes{0}, entries{0}, evicted_in_use{0};
 };
 // What a plan may keep, all its kind's plans together (eight layout
 // targets of a 20,000-parameter source fit in 64 MiB).
@@ -39,14 +40,16 @@ inline MemoWeight& plan_weight() {
 // recently used are kept, and with a `Budget` (bytes) no more than that weight: a value's weight is
 // V::bytes() when it is made, and the least recently used values go until the rest fit (the newest
 // is always kept: one value larger than the budget is made and served, then replaced). A budget
-// known only at run time (ViewOptions::cache_bytes) comes with its own weight function instead. A
-// computation that fails is not kept: the next reader tries again.
+// known only at run time (ViewOptions::cache_bytes) comes with its own weight function instead, and
+// is one even at 0 (only the newest kept). A computation that fails is not kept: the next reader
+// tries again.
 template <typename Key, typename V, size_t Keep, uint64_t Budget = 0>
 class Memo {
  public:
   using Weigh = uint64_t (*)(const V&);
   explicit Memo(MemoWeight* weight = nullptr) : weight_(weight) {}
-  Memo(uint64_t budget, Weigh weigh, MemoWeight* weight = nullptr) : weight_(weight), budget_(budget), weigh_(weigh) {}
+  Memo(uint64_t budget, Weigh weigh, MemoWeight* weight = nullptr)
+      : weight_(weight), budget_(budget), bounded_(true), weigh_(weigh) {}
   ~Memo() {
     if (weight_) account(-int64_t(bytes_), -int64_t(kept_.size()));
   }
@@ -76,6 +79,7 @@ class Memo {
       made.set_value(std::move(value));
       lock.lock();
       if (auto it = at_.find(key); it != at_.end() && it->second->id == mine) {
+        it->second->made = true;
         it->second->bytes = w;
         bytes_ += w;
         account(int64_t(w), 0);
@@ -97,13 +101,20 @@ class Memo {
     std::lock_guard<std::mutex> lock(mu_);
     return kept_.size();
   }
+  // Values evicted while still being made or held by a reader: what a concurrency test must see
+  // happen, and survive.
+  uint64_t evicted_in_use() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return evicted_in_use_;
+  }
 
  private:
   struct Entry {
     Key key;
     std::shared_future<std::shared_ptr<const V>> value;
     uint64_t id;
-    uint64_t bytes;  // 0 until made
+    uint64_t bytes;     // 0 until made
+    bool made = false;  // the value is set (a failure is never made)
   };
   using Iter = typename std::list<Entry>::iterator;
 
@@ -124,9 +135,17 @@ class Memo {
     at_.erase(it->key);
     kept_.erase(it);
   }
-  // Readers waiting on a dropped value still get it: they hold its future.
+  // Readers waiting on a dropped value still get it: they hold its future (and then the value).
   void evict() {
-    while (kept_.size() > Keep || (budget_ > 0 && bytes_ > budget_ && kept_.size() > 1)) drop(std::prev(kept_.end()));
+    while (kept_.size() > Keep || (bounded_ && bytes_ > budget_ && kept_.size() > 1)) {
+      const Iter last = std::prev(kept_.end());
+      // The future holds one reference: any other is a reader's.
+      if (!last->made || last->value.get().use_count() > 1) {
+        ++evicted_in_use_;
+        if (weight_) weight_->evicted_in_use.fetch_add(1, std::memory_order_relaxed);
+      }
+      drop(last);
+    }
   }
 
   mutable std::mutex mu_;
@@ -134,8 +153,10 @@ class Memo {
   std::map<Key, Iter> at_;
   uint64_t made_ = 0;
   uint64_t bytes_ = 0;
+  uint64_t evicted_in_use_ = 0;
   MemoWeight* weight_;
   uint64_t budget_ = Budget;
+  bool bounded_ = Budget > 0;
   Weigh weigh_ = nullptr;
 };
 

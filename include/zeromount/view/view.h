@@ -133,6 +133,9 @@ class View final : public LiveSource {
 
   // The bytes of a file, built on first use and kept in a bounded cache.
   std::shared_ptr<const pt::VirtualFile> content(const Inode& n, const Caller& who = {}) const;
+  // Built files the cache dropped while a reader still held them or their build still ran
+  // (.zeromount/stats: files_evicted_in_use).
+  uint64_t files_evicted_in_use() const { return built_.evicted_in_use(); }
   std::string describe(const Inode& n) const;  // path inside the mount, for log lines
 
  private:

@@ -10,7 +10,7 @@ namespace zm::view {
 
 struct ViewOptions {
   bool bare_zero3_tensors = false;          // stage-3 sources: param files as bare tensors (DeepSpeed < 0.19.3)
-  size_t cache_bytes = 16u << 20;           // built headers kept in memory; tensor bytes are never cached
+  size_t cache_bytes = 16u << 20;           // built headers kept in memory (0: the newest only); tensor bytes never
   std::vector<std::string> layout_presets;  // -o layouts=a,b: targets listed in layouts/ [layouts §6]
   std::string layouts_dir = "layouts";      // -o layouts_dir=NAME: where the faked layouts live
   std::vector<std::string> tags;            // --tag: serve only these (each must index); empty: every tag

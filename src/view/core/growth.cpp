@@ -332,7 +332,9 @@ std::string View::stats_text(const Caller& who) const {
     refused += size_t(
         std::count_if(f->errors.begin(), f->errors.end(), [&](const TagError& e) { return !f->lost.count(e.tag); }));
   }
-  const size_t inodes = tree_.size();  // the tree is read before Growth::mu (growth.h)
+  // The tree and the built-file cache (a Memo::mu_) are read before Growth::mu (growth.h).
+  const size_t inodes = tree_.size();
+  const uint64_t files_evicted_in_use = built_.evicted_in_use();
   std::lock_guard<std::mutex> lock(g.mu);
   uint64_t requests = 0;
   for (const auto& [reader, c] : g.readers) requests += c->requests.load(std::memory_order_relaxed);
@@ -341,7 +343,9 @@ std::string View::stats_text(const Caller& who) const {
                   std::to_string(g.tags_deleted) + "\nbytes_from_shards " + std::to_string(files_.bytes_read()) +
                   "\nrequests " + std::to_string(requests) + "\ninodes " + std::to_string(inodes) + "\nplans_kept " +
                   std::to_string(plan_weight().entries.load(std::memory_order_relaxed)) + "\nplan_bytes " +
-                  std::to_string(plan_weight().bytes.load(std::memory_order_relaxed)) + "\nrss_bytes " +
+                  std::to_string(plan_weight().bytes.load(std::memory_order_relaxed)) + "\nplans_evicted_in_use " +
+                  std::to_string(plan_weight().evicted_in_use.load(std::memory_order_relaxed)) +
+                  "\nfiles_evicted_in_use " + std::to_string(files_evicted_in_use) + "\nrss_bytes " +
                   std::to_string(rss_bytes()) + "\npeak_rss_bytes " + std::to_string(peak_rss_bytes()) + "\n";
   for (const auto& [reader, c] : g.readers)  // another user's processes are theirs to know
     if (const uint64_t bytes = c->bytes.load(std::memory_order_relaxed);

@@ -81,8 +81,19 @@ uint64_t layout_source_decodes() {
   return g_decodes.load(std::memory_order_relaxed);
 }
 
+namespace {
+
+// A source without DeepSpeed's model-state files is refused before one is looked for.
+const MountedTag& native_source(const MountedTag& tag, const ds::TargetLayout& target) {
+  if (const std::string why = ds::native_layout_refusal(*tag.index); !why.empty())
+    throw Error(tag.index->dir + ": cannot present as " + ds::target_name(target) + ": " + why, EINVAL);
+  return tag;
+}
+
+}  // namespace
+
 LayoutTag::LayoutTag(const MountedTag& tag, const ds::TargetLayout& target)
-    : tag_(tag),
+    : tag_(native_source(tag, target)),
       options_(ds::source_options(*tag.index, source_model().root)),
       plan_(ds::plan_partitions(*tag.index, target, options_)) {
   check_module();

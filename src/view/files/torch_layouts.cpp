@@ -45,7 +45,8 @@ void add_torch_layout(Tree& tree, uint64_t dir, const MountedTag& t, TorchLayout
     model.optimizer = false;
     optimizer.model = false;
     tree.set_lazy(tree.add_dir(dir, "pytorch_model_fsdp_0", mtime), make_dcp_dir(t, model, mtime));
-    tree.set_lazy(tree.add_dir(dir, "optimizer_0", mtime), make_dcp_dir(t, optimizer, mtime));
+    if (t.index->optimizer_saved)  // a model-only save has none to give
+      tree.set_lazy(tree.add_dir(dir, "optimizer_0", mtime), make_dcp_dir(t, optimizer, mtime));
     return;
   }
   const MountedTag* tag = &t;
@@ -59,7 +60,7 @@ void add_torch_layout(Tree& tree, uint64_t dir, const MountedTag& t, TorchLayout
         dir, "model.safetensors.index.json", mtime, [index] { return pt::VirtualFile::from_text(index); },
         index.size());
   }
-  tree.add_file(dir, "optimizer.pt", mtime, [tag] { return torch_optimizer_file(*tag); });
+  if (t.index->optimizer_saved) tree.add_file(dir, "optimizer.pt", mtime, [tag] { return torch_optimizer_file(*tag); });
 }
 
 pt::VirtualFile torch_optimizer_file(const MountedTag& t) {

@@ -26,6 +26,7 @@ class DcpProvider final : public Provider {
     if (!d) return;
     DcpShape shape;
     shape.torchtitan = true;
+    shape.optimizer = tag.index->optimizer_saved;  // a model-only save: the model keys alone
     cx.tree().set_lazy(d, make_dcp_dir(tag, shape, cx.mtime()));
   }
 };

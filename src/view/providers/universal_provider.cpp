@@ -21,6 +21,11 @@ class UniversalProvider final : public Provider {
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const ds::TagIndex& ix = *tag.index;
     const struct timespec mtime = cx.mtime();
+    if (ix.source != ds::SourceKind::DeepSpeed) {  // its model-state files are DeepSpeed's, copied
+      cx.folder().refuse_entry(ix.tag + kSuffix, "not made: a DCP source (" + ix.source_style +
+                                                     ") has no DeepSpeed model-state files (not made up yet)");
+      return;
+    }
     const uint64_t u = cx.add_made_dir(ix.tag + kSuffix, *this, {&tag});
     if (!u) return;
     Tree& tree = cx.tree();

@@ -1,0 +1,70 @@
+#pragma once
+// A checkpoint as the checks see it, whatever its format: a list of named tensors (and scalars),
+// each with its bytes described, not read (a pt::VirtualFile over the input's files). Opening an
+// input runs its structure checks (files open, zip CRCs, safetensors tiling, DCP chunks, DeepSpeed
+// fragments, `latest`, ranks agreeing), because they are what reading its structure finds.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zeromount/check/findings.h"
+#include "zeromount/ds/tag_index.h"
+#include "zeromount/pt/file.h"
+#include "zeromount/pt/virtual_file.h"
+
+namespace zm::check {
+
+// The files an input's tensors are read from, by id: what a VirtualFile's extents name.
+class FileSet : public pt::ExtentReader {
+ public:
+  // Opens `path` once (read-only); the same path again gives the same id.
+  uint32_t add(const std::string& path);
+  const pt::File& file(uint32_t id) const { return *files_.at(id); }
+  void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const override;
+
+ private:
+  std::vector<std::unique_ptr<pt::File>> files_;
+};
+
+// The states the checks and the diff know by role. Any other optimizer key keeps its own name.
+inline constexpr const char* kWeight = "weight";  // a parameter's value: an fp32 master or a model weight
+inline constexpr const char* kModule = "module";  // DeepSpeed's module weight in training precision
+inline constexpr const char* kStep = "step";
+
+struct Item {
+  std::string param;      // the parameter (or buffer) name as the input spells it, prefixes kept
+  std::string state;      // kWeight, kModule, kStep, "exp_avg", "exp_avg_sq", or the optimizer's own key
+  std::string stored;     // where it is, for people: "zero/fc1.weight/exp_avg.pt", "model.fc1.weight in .metadata"
+  bool trainable = true;  // false: a buffer or a frozen parameter (no optimizer state expected)
+  pt::DType dtype = pt::DType::F32;
+  std::vector<int64_t> shape;
+  pt::VirtualFile bytes;        // its elements, row-major, when it has bytes
+  std::optional<double> value;  // a scalar kept in a pickle as a number (an int step): no bytes
+  std::string unread;           // why its values are not read (a strided view); empty when they are
+  uint64_t numel() const;
+};
+
+struct Input {
+  std::string path;
+  std::string kind;  // "deepspeed tag", "dcp folder", "safetensors", "universal folder", "files"
+  // Whether the format keeps buffers and frozen parameters beside the trainable ones (a universal
+  // folder keeps them in a copied model-state file, not as zero/ tensors).
+  bool holds_others = true;
+  // Whether the format can hold optimizer states at all: a weights file cannot, so a diff against
+  // one compares weights only (and says so), where a DCP folder without moments has lost them.
+  bool holds_optimizer = true;
+  FileSet files;
+  std::vector<Item> items;
+  std::unique_ptr<ds::TagIndex> index;  // a DeepSpeed tag's
+  // 'step' (and 'global_steps') values found in the pickles, with where, for the agreement check.
+  std::vector<std::pair<std::string, double>> steps;
+};
+
+// Opens `path` (a DeepSpeed checkpoint or tag folder, a DCP folder, a safetensors file or folder,
+// a universal folder, any folder or .pt file), running the structure checks into `f`. `tag`
+// picks a DeepSpeed tag (default: the one `latest` names). Throws only when nothing can be read.
+std::unique_ptr<Input> open_input(const std::string& path, const std::string& tag, Findings& f);
+
+}  // namespace zm::check

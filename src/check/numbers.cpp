@@ -1,0 +1,302 @@
+#include "zeromount/check/numbers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "zeromount/pt/convert.h"
+#include "zeromount/pt/error.h"
+
+namespace zm::check {
+
+const char* const kNormRule =
+    "norm-outlier: parameters whose names differ only in their numbers (layers.3.mlp.experts.5.w1 and "
+    "layers.3.mlp.experts.6.w1) and that have one shape are siblings; with 4 or more siblings, one whose RMS "
+    "(norm / sqrt(numel)) is more than 4 times the siblings' median, or less than a quarter of it, is a warning. "
+    "It misses an expert left at its initialisation while training has moved the others' RMS by less than 4x (early in "
+    "a run, or with a small learning rate), and it warns on siblings that are meant to differ (a first or last "
+    "layer, a gate initialised to zero).";
+
+namespace {
+
+bool float_dtype(pt::DType d) {
+  return d == pt::DType::F32 || d == pt::DType::F16 || d == pt::DType::BF16;
+}
+
+std::string number(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+// The parameter's step: its own step item, else the largest step any pickle holds.
+std::map<std::string, double> param_steps(const Input& in, const std::vector<ItemFigures>& fig, double& any) {
+  std::map<std::string, double> out;
+  any = NAN;
+  for (const auto& [where, v] : in.steps)
+    if (!(v <= any)) any = v;
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& it = in.items[k];
+    if (it.state != kStep) continue;
+    const double v = it.value ? *it.value : fig[k].read && fig[k].stats.n ? fig[k].stats.max : NAN;
+    if (!std::isnan(v)) out[it.param] = v;
+  }
+  return out;
+}
+
+// "layers.3.experts.5.w1" -> "layers.*.experts.*.w1".
+std::string sibling_key(const std::string& name) {
+  std::string out;
+  size_t k = 0;
+  while (k < name.size()) {
+    const size_t dot = name.find('.', k);
+    const std::string part = name.substr(k, dot == std::string::npos ? std::string::npos : dot - k);
+    const bool numeric =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    out += (out.empty() && k == 0 ? "" : ".") + (numeric ? std::string("*") : part);
+    if (dot == std::string::npos) break;
+    k = dot + 1;
+  }
+  return out;
+}
+
+void check_finite(const Input& in, const std::vector<ItemFigures>& fig, Findings& f) {
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& it = in.items[k];
+    const ItemFigures& x = fig[k];
+    if (!x.read) continue;
+    f.ran("finite");
+    if (!x.stats.nan && !x.stats.inf) continue;
+    std::string m;
+    if (x.stats.nan)
+      m += std::to_string(x.stats.nan) + " NaN (first at " + index_text(it.shape, uint64_t(x.first_nan)) + ")";
+    if (x.stats.inf)
+      m += std::string(m.empty() ? "" : ", ") + std::to_string(x.stats.inf) + " inf (first at " +
+           index_text(it.shape, uint64_t(x.first_inf)) + ")";
+    f.fail("finite", it.param + " " + it.state,
+           m + " of " + std::to_string(it.numel()) + " elements [" + it.stored + "]");
+  }
+}
+
+void check_moments(const Input& in, const std::vector<ItemFigures>& fig, Findings& f) {
+  double any_step = NAN;
+  const auto steps = param_steps(in, fig, any_step);
+  size_t moments = 0, zero = 0;
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& it = in.items[k];
+    const ItemFigures& x = fig[k];
+    if (!x.read) continue;
+    if (it.state == "exp_avg_sq" || it.state == "max_exp_avg_sq") {
+      f.ran("exp_avg_sq-nonnegative");
+      if (x.stats.n && x.stats.min < 0)
+        f.fail("exp_avg_sq-nonnegative", it.param + " " + it.state,
+               "least value " + number(x.stats.min) + ": a second moment is a mean of squares [" + it.stored + "]");
+    }
+    if (it.state != "exp_avg" && it.state != "exp_avg_sq") continue;
+    const auto s = steps.find(it.param);
+    const double step = s != steps.end() ? s->second : any_step;
+    f.ran("moments-not-reset");
+    ++moments;
+    if (!(step > 0) || it.numel() == 0 || x.stats.n != it.numel() || x.stats.min != 0 || x.stats.max != 0) continue;
+    ++zero;
+    f.warn("moments-not-reset", it.param + " " + it.state,
+           "all zero while step is " + number(step) +
+               ": optimizer state looks reset (or the parameter never had a "
+               "gradient) [" +
+               it.stored + "]");
+  }
+  if (moments && zero == moments)
+    f.fail("moments-not-reset", "all parameters",
+           "every exp_avg and exp_avg_sq is zero while step > 0: optimizer state looks reset");
+}
+
+// Every 'step' of every group and rank must be one value ('global_steps' likewise, apart: an
+// fp16 run's skipped steps make the engine's count differ from the optimizer's).
+void check_steps(const Input& in, const std::vector<ItemFigures>& fig, Findings& f) {
+  std::map<std::string, std::map<double, std::string>> seen;  // kind -> value -> first place
+  uint64_t n = 0;
+  for (const auto& [where, v] : in.steps) {
+    const std::string kind = where.ends_with("global_steps") ? "global_steps" : "step";
+    seen[kind].emplace(v, where);
+    ++n;
+  }
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& it = in.items[k];
+    if (it.state != kStep) continue;
+    const double v = it.value ? *it.value : fig[k].read && fig[k].stats.n == 1 ? fig[k].stats.max : NAN;
+    if (std::isnan(v)) continue;
+    seen["step"].emplace(v, it.stored);
+    ++n;
+  }
+  if (!n) return;
+  f.ran("step-agrees", n);
+  for (const auto& [kind, values] : seen) {
+    if (values.size() < 2) continue;
+    std::string m;
+    for (const auto& [v, where] : values) m += (m.empty() ? "" : "; ") + number(v) + " at " + where;
+    f.fail("step-agrees", kind, std::to_string(values.size()) + " different values across groups and ranks: " + m);
+  }
+}
+
+// A 16-bit module weight must be its fp32 master rounded to nearest even (an fp32 one, the master
+// itself): otherwise the model-state file was saved from a module that was not updated (a stale
+// module) and a weights-only load gets other values than a resume.
+void check_module(const Input& in, Findings& f) {
+  std::map<std::string, size_t> master;
+  for (size_t k = 0; k < in.items.size(); ++k)
+    if (in.items[k].state == kWeight && in.items[k].trainable) master.emplace(in.items[k].param, k);
+  std::vector<float> a, mod;
+  std::vector<double> da, dm;
+  std::vector<char> rounded;
+  for (const Item& m : in.items) {
+    if (m.state != kModule) continue;
+    const auto w = master.find(m.param);
+    if (w == master.end() || !float_dtype(m.dtype)) continue;
+    const Item& ms = in.items[w->second];
+    f.ran("module-matches-masters");
+    if (ms.numel() != m.numel()) {
+      f.fail("module-matches-masters", m.param,
+             "module holds " + std::to_string(m.numel()) + " elements, master " + std::to_string(ms.numel()));
+      continue;
+    }
+    ValueBlocks bm(ms, in.files), bw(m, in.files);
+    uint64_t differ = 0, first = 0, at = 0;
+    for (size_t n; (n = bm.next(a, da)) > 0; at += n) {
+      if (bw.next(mod, dm) != n) throw Error(m.stored + ": short read", EIO);
+      rounded.resize(n * pt::element_size(m.dtype));
+      pt::convert(pt::DType::F32, a.data(), m.dtype, rounded.data(), n);
+      if (std::memcmp(rounded.data(), bw.raw().data(), rounded.size()) == 0) continue;
+      const size_t es = pt::element_size(m.dtype);
+      for (size_t i = 0; i < n; ++i)
+        if (std::memcmp(rounded.data() + i * es, bw.raw().data() + i * es, es) != 0 &&
+            !(std::isnan(a[i]) && std::isnan(mod[i]))) {
+          if (!differ) first = at + i;
+          ++differ;
+        }
+    }
+    f.bytes_read += bm.bytes_read() + bw.bytes_read();
+    if (differ)
+      f.fail("module-matches-masters", m.param,
+             std::to_string(differ) + " of " + std::to_string(m.numel()) + " module weights are not the fp32 master " +
+                 "rounded (first at " + index_text(m.shape, first) + "): a stale module [" + m.stored + "]");
+  }
+}
+
+void check_norms(const Input& in, const std::vector<ItemFigures>& fig, Findings& f) {
+  std::map<std::string, std::vector<size_t>> groups;
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& it = in.items[k];
+    if (it.state != kWeight || !it.trainable || !fig[k].read || !fig[k].stats.n || it.numel() < 2) continue;
+    std::string key = sibling_key(it.param) + "|";
+    for (int64_t d : it.shape) key += std::to_string(d) + ",";
+    groups[key].push_back(k);
+  }
+  for (const auto& [key, members] : groups) {
+    if (members.size() < 4) continue;
+    std::vector<double> rms;
+    for (size_t k : members) rms.push_back(fig[k].stats.l2() / std::sqrt(double(in.items[k].numel())));
+    std::vector<double> sorted = rms;
+    std::nth_element(sorted.begin(), sorted.begin() + long(sorted.size() / 2), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    f.ran("norm-outlier", members.size());
+    for (size_t j = 0; j < members.size(); ++j) {
+      if (!(rms[j] > 4 * median || rms[j] * 4 < median)) continue;
+      const Item& it = in.items[members[j]];
+      f.warn("norm-outlier", it.param,
+             "RMS " + number(rms[j]) + ", its " + std::to_string(members.size() - 1) + " siblings' median " +
+                 number(median) + " (" + key.substr(0, key.find('|')) +
+                 "): left at its initialisation, reset or "
+                 "diverged?");
+    }
+  }
+}
+
+}  // namespace
+
+std::string index_text(const std::vector<int64_t>& shape, uint64_t flat) {
+  std::vector<uint64_t> idx(shape.size());
+  for (size_t i = shape.size(); i-- > 0;) {
+    const uint64_t d = shape[i] > 0 ? uint64_t(shape[i]) : 1;
+    idx[i] = flat % d;
+    flat /= d;
+  }
+  std::string o = "[";
+  for (size_t i = 0; i < idx.size(); ++i) o += (i ? ", " : "") + std::to_string(idx[i]);
+  return o + "]";
+}
+
+ValueBlocks::ValueBlocks(const Item& item, const pt::ExtentReader& src)
+    : item_(item), src_(src), wide_(!float_dtype(item.dtype)), numel_(item.numel()) {}
+
+size_t ValueBlocks::next(std::vector<float>& fl, std::vector<double>& db) {
+  const size_t n = size_t(std::min<uint64_t>(numel_ - at_, kBlock));
+  if (!n) return 0;
+  const size_t es = pt::element_size(item_.dtype);
+  raw_.resize(n * es);
+  if (item_.bytes.read(at_ * es, raw_.data(), raw_.size(), src_) != raw_.size())
+    throw Error(item_.stored + ": its bytes end before its " + std::to_string(numel_) + " elements", EIO);
+  read_ += raw_.size();
+  if (wide_) {
+    db.resize(n);
+    for (size_t i = 0; i < n; ++i) db[i] = pt::element_value(raw_.data() + i * es, item_.dtype);
+  } else {
+    fl.resize(n);
+    if (item_.dtype == pt::DType::F32)
+      std::memcpy(fl.data(), raw_.data(), raw_.size());
+    else
+      pt::convert(item_.dtype, raw_.data(), pt::DType::F32, fl.data(), n);
+  }
+  at_ += n;
+  return n;
+}
+
+std::vector<ItemFigures> item_figures(const Input& in, Findings& f) {
+  std::vector<ItemFigures> out(in.items.size());
+  std::vector<float> fl;
+  std::vector<double> db;
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& it = in.items[k];
+    ItemFigures& x = out[k];
+    if (!it.unread.empty()) continue;
+    if (it.value) {
+      const double v = *it.value;
+      x.stats.add(&v, 1);
+      x.read = true;
+      continue;
+    }
+    try {
+      ValueBlocks b(it, in.files);
+      for (size_t n; (n = b.next(fl, db)) > 0;) {
+        const uint64_t nan = x.stats.nan, inf = x.stats.inf, at = b.position() - n;
+        if (b.wide())
+          x.stats.add(db.data(), n);
+        else
+          x.stats.add(fl.data(), n);
+        // The first index is looked for only in the block where the first one was counted.
+        for (size_t i = 0; i < n && ((x.stats.nan > nan && x.first_nan < 0) || (x.stats.inf > inf && x.first_inf < 0));
+             ++i) {
+          const double v = b.wide() ? db[i] : double(fl[i]);
+          if (std::isnan(v) && x.first_nan < 0) x.first_nan = int64_t(at + i);
+          if (std::isinf(v) && x.first_inf < 0) x.first_inf = int64_t(at + i);
+        }
+      }
+      f.bytes_read += b.bytes_read();
+      x.read = true;
+    } catch (const Error& e) {
+      f.fail("files-open", it.param + " " + it.state, e.what());
+    }
+  }
+  return out;
+}
+
+void check_numbers(const Input& in, const std::vector<ItemFigures>& figures, Findings& f) {
+  check_finite(in, figures, f);
+  check_moments(in, figures, f);
+  check_steps(in, figures, f);
+  check_module(in, f);
+  check_norms(in, figures, f);
+}
+
+}  // namespace zm::check

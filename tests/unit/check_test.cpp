@@ -1,0 +1,301 @@
+// verify and diff (issue 42): every check passes on the real fixtures and fails on a crafted copy
+// of one: a flipped byte in a zip record, a zeroed exp_avg, a NaN, a step that disagrees, a 16-bit
+// module that is not its masters, a truncated shard, a missing and a renamed key, an expert reset.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "helpers.h"
+#include "zeromount/check/diff.h"
+#include "zeromount/check/verify.h"
+#include "zeromount/ds/checkpoint.h"
+#include "zeromount/pt/crc32.h"
+#include "zeromount/pt/pt_file.h"
+#include "zeromount/pt/zip_reader.h"
+
+namespace zm::check {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kAllFixtures = {"z1_ws2_fp32_pg2",       "z2_ws2_fp32_pg2",         "z3_ws2_fp32_pg2",
+                                               "z3_ws2_fp32_pg2_sg200", "z1_ws2_bf16_pg2_fp32acc", "z2_ws2_bf16_pg2",
+                                               "z3_ws2_bf16_pg2",       "z2_ws2_fp16_pg2"};
+const std::vector<std::string> kDcpFixtures = {"fsdp2_ws2_fp32", "fsdp2_ws3_fp32", "fsdp2_ws2_bf16mixed",
+                                               "torchtitan_ws2_fp32", "fsdp2_ws2_model_only"};
+
+void patch(const std::string& path, uint64_t offset, const void* bytes, size_t n) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::pwrite(fd, bytes, n, off_t(offset)), ssize_t(n));
+  ::close(fd);
+}
+
+// Recomputes every record's CRC-32 into the central directory (what the check compares), so that
+// a crafted change is found by the number checks alone.
+void fix_crcs(const std::string& path) {
+  pt::File f(path);
+  pt::ZipReader zip(f);
+  for (const auto& e : zip.entries()) {
+    std::string data(e.compressed_size, '\0');
+    f.read_exact(zip.data_offset(e), data.data(), data.size(), "record");
+    const uint32_t crc = pt::crc32(data.data(), data.size());
+    patch(path, e.central_header + 16, &crc, 4);
+  }
+}
+
+bool found(const Findings& f, const std::string& check, Severity s) {
+  for (const auto& x : f.findings)
+    if (x.check == check && x.severity == s) return true;
+  return false;
+}
+
+// A copy of fixture `name`'s checkpoint, its tag folder, and the tag's index.
+struct Crafted {
+  std::string root, tag;
+  std::unique_ptr<ds::TagIndex> ix;
+  explicit Crafted(const std::string& name) {
+    root = test::temp_dir() + "/ckpt";
+    test::copy_fixture(name + "/checkpoint", root);
+    tag = root + "/global_step3";
+    ix = ds::index_tag(tag);
+  }
+  const ds::Param& param(size_t k = 0) const { return ix->params.at(k); }
+  size_t state(const std::string& s) const {
+    return size_t(std::find(ix->state_names.begin(), ix->state_names.end(), s) - ix->state_names.begin());
+  }
+  const std::string& shard(const pt::Extent& e) const { return ix->shards.at(e.file).path; }
+};
+
+TEST(Verify, EveryDeepSpeedFixturePasses) {
+  for (const auto& name : kAllFixtures) {
+    const Findings f = verify(test::kFixtures + "/" + name + "/checkpoint");
+    EXPECT_EQ(f.exit_code(), 0) << text(f);
+    for (const char* c : {"files-open", "zip-crc", "ds-index", "ds-fragments", "latest", "finite", "step-agrees"})
+      EXPECT_NE(std::find(f.checks.begin(), f.checks.end(), c), f.checks.end()) << name << " ran no " << c;
+  }
+}
+
+TEST(Verify, EveryDcpFixturePasses) {
+  for (const auto& name : kDcpFixtures) {
+    const std::string dir = test::kFixtures + "/dcp/" + name + "/checkpoint";
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const Findings f = verify(e.path().string());
+      EXPECT_EQ(f.exit_code(), 0) << text(f);
+      EXPECT_NE(std::find(f.checks.begin(), f.checks.end(), "dcp-chunks"), f.checks.end()) << text(f);
+    }
+  }
+}
+
+TEST(Verify, ConverterOutputsPass) {
+  for (const auto& name : test::kFixtureNames) {
+    for (const char* what :
+         {"/ds_to_universal", "/zero_to_fp32/model.safetensors", "/zero_to_fp32/pytorch_model.bin"}) {
+      const Findings f = verify(test::kFixtures + "/" + name + what);
+      EXPECT_EQ(f.exit_code(), 0) << text(f);
+    }
+  }
+}
+
+TEST(Verify, FlippedByteInARecordFailsItsCrc) {
+  Crafted c("z2_ws2_fp32_pg2");
+  const auto frags = c.ix->fragments(c.param(), 0);
+  const uint64_t at = frags[0].extent.offset + 5;
+  char b = 0;
+  pt::File(c.shard(frags[0].extent)).read_exact(at, &b, 1, "byte");
+  b ^= 0x10;
+  patch(c.shard(frags[0].extent), at, &b, 1);
+  const Findings f = verify(c.root);
+  EXPECT_TRUE(found(f, "zip-crc", Severity::Fail)) << text(f);
+  EXPECT_EQ(f.exit_code(), 2);
+}
+
+TEST(Verify, ZeroedExpAvgLooksReset) {
+  for (const char* name : {"z2_ws2_fp32_pg2", "z3_ws2_fp32_pg2"}) {
+    Crafted c(name);
+    for (const auto& fr : c.ix->fragments(c.param(1), c.state("exp_avg"))) {
+      const std::string zeros(fr.extent.length, '\0');
+      patch(c.shard(fr.extent), fr.extent.offset, zeros.data(), zeros.size());
+      fix_crcs(c.shard(fr.extent));
+    }
+    const Findings f = verify(c.root);
+    EXPECT_TRUE(found(f, "moments-not-reset", Severity::Warn)) << text(f);
+    EXPECT_FALSE(found(f, "zip-crc", Severity::Fail)) << text(f);
+    EXPECT_EQ(f.exit_code(), 1) << text(f);
+  }
+}
+
+TEST(Verify, NaNIsFoundWithItsFirstIndex) {
+  Crafted c("z2_ws2_bf16_pg2");
+  const ds::Param& p = c.param(0);
+  const auto frags = c.ix->fragments(p, c.state("exp_avg_sq"));
+  const float nan = NAN, neg = -1;
+  // Element 7 of the flat state, and a negative second moment at element 3.
+  patch(c.shard(frags[0].extent), frags[0].extent.offset + 7 * 4, &nan, 4);
+  patch(c.shard(frags[0].extent), frags[0].extent.offset + 3 * 4, &neg, 4);
+  fix_crcs(c.shard(frags[0].extent));
+  const Findings f = verify(c.root);
+  EXPECT_TRUE(found(f, "finite", Severity::Fail)) << text(f);
+  EXPECT_TRUE(found(f, "exp_avg_sq-nonnegative", Severity::Fail)) << text(f);
+  const std::string t = text(f);
+  std::string want = "first at [";
+  EXPECT_NE(t.find(want), std::string::npos) << t;
+  EXPECT_EQ(f.exit_code(), 2);
+}
+
+TEST(Verify, StepThatDisagreesAcrossRanks) {
+  Crafted c("z1_ws2_fp32_pg2");
+  const std::string rank1 = c.tag + "/zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  auto pt = pt::load_pt(rank1);
+  // The 'step' tensors of rank 1's groups: the first one becomes 4.
+  const pt::Node* groups = pt->root->get("optimizer_state_dict")->get("base_optimizer_state")->get("state");
+  ASSERT_TRUE(groups) << "fixture layout changed";
+  const pt::Node* step = groups->entries.at(0).second->get("step");
+  ASSERT_TRUE(step && step->is(pt::Kind::Tensor));
+  const float four = 4;
+  patch(rank1, step->tensor->byte_offset(), &four, 4);
+  fix_crcs(rank1);
+  const Findings f = verify(c.root);
+  EXPECT_TRUE(found(f, "step-agrees", Severity::Fail)) << text(f);
+}
+
+TEST(Verify, StaleModuleIsNotItsMastersRounded) {
+  for (const char* name : {"z2_ws2_bf16_pg2", "z2_ws2_fp32_pg2"}) {
+    Crafted c(name);
+    const ds::PlainTensor& m = c.ix->module_weights.at(2);
+    const pt::Extent e = m.data.at(0);
+    std::string bytes(pt::element_size(m.dtype), '\0');
+    pt::File(c.ix->shards.at(e.file).path).read_exact(e.offset, bytes.data(), bytes.size(), "module");
+    bytes.back() ^= 0x01;  // a sign flip of the first element: far from any rounding
+    bytes.back() ^= char(0x80);
+    patch(c.ix->shards.at(e.file).path, e.offset, bytes.data(), bytes.size());
+    fix_crcs(c.ix->shards.at(e.file).path);
+    const Findings f = verify(c.root);
+    EXPECT_TRUE(found(f, "module-matches-masters", Severity::Fail)) << text(f);
+  }
+}
+
+TEST(Verify, TruncatedShardFails) {
+  Crafted c("z3_ws2_fp32_pg2");
+  const std::string rank1 = c.tag + "/zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  fs::resize_file(rank1, fs::file_size(rank1) - 100);
+  const Findings f = verify(c.root);
+  EXPECT_TRUE(found(f, "files-open", Severity::Fail)) << text(f);
+  EXPECT_TRUE(found(f, "ds-index", Severity::Fail)) << text(f);
+  EXPECT_TRUE(found(f, "latest", Severity::Fail)) << text(f);
+  EXPECT_EQ(f.exit_code(), 2);
+}
+
+TEST(Verify, LatestNamingAMissingTagFails) {
+  Crafted c("z1_ws2_fp32_pg2");
+  test::write_file(c.root + "/latest", "global_step9");
+  const Findings f = verify(c.root, "global_step3");
+  EXPECT_TRUE(found(f, "latest", Severity::Fail)) << text(f);
+}
+
+TEST(Verify, TruncatedSafetensorsFailsItsLayout) {
+  const std::string dir = test::temp_dir();
+  test::copy_fixture("z2_ws2_fp32_pg2/zero_to_fp32/model.safetensors", dir + "/model.safetensors");
+  fs::resize_file(dir + "/model.safetensors", fs::file_size(dir + "/model.safetensors") - 8);
+  const Findings f = verify(dir);
+  EXPECT_TRUE(found(f, "safetensors-layout", Severity::Fail)) << text(f);
+}
+
+TEST(Verify, TruncatedDcpDataFileFails) {
+  const std::string dir = test::temp_dir() + "/step-3";
+  test::copy_fixture("dcp/fsdp2_ws2_fp32/checkpoint/step-3", dir);
+  const std::string data = dir + "/__1_0.distcp";
+  fs::resize_file(data, fs::file_size(data) - 10);
+  const Findings f = verify(dir);
+  EXPECT_TRUE(found(f, "files-open", Severity::Fail)) << text(f);
+  EXPECT_EQ(f.exit_code(), 2);
+}
+
+// A safetensors file of `tensors` (name, values), as the format lays it out.
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, std::vector<float>>>& tensors) {
+  std::string header = "{", data;
+  for (const auto& [name, v] : tensors) {
+    header += std::string(header.size() > 1 ? "," : "") + "\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[" +
+              std::to_string(v.size()) + "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
+              std::to_string(data.size() + v.size() * 4) + "]}";
+    data.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  }
+  header += "}";
+  const uint64_t len = header.size();
+  test::write_file(path, std::string(reinterpret_cast<const char*>(&len), 8) + header + data);
+}
+
+TEST(Verify, ExpertResetToItsInitialisationIsAnOutlier) {
+  const std::string dir = test::temp_dir();
+  std::vector<std::pair<std::string, std::vector<float>>> experts;
+  for (int e = 0; e < 8; ++e) {
+    std::vector<float> w(64);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float((i % 7) - 3) * (e == 5 ? 0.002f : 0.05f);  // 5: a tiny init
+    experts.emplace_back("layers.0.mlp.experts." + std::to_string(e) + ".w1", w);
+  }
+  write_safetensors(dir + "/model.safetensors", experts);
+  const Findings f = verify(dir);
+  EXPECT_TRUE(found(f, "norm-outlier", Severity::Warn)) << text(f);
+  EXPECT_NE(text(f).find("experts.5.w1"), std::string::npos) << text(f);
+  EXPECT_EQ(f.exit_code(), 1);
+}
+
+TEST(Diff, FixtureAgainstConverterOutputsIsEqual) {
+  for (const auto& name : test::kFixtureNames) {
+    const std::string ck = test::kFixtures + "/" + name + "/checkpoint";
+    for (const char* what :
+         {"/ds_to_universal", "/zero_to_fp32/model.safetensors", "/zero_to_fp32/pytorch_model.bin"}) {
+      const DiffResult r = diff(ck, test::kFixtures + "/" + name + what);
+      // zero_to_fp32.py writes no frozen parameter of a ZeRO-1 tag (its module holds frozen_scale):
+      // the one difference diff must show there.
+      const bool drops_frozen = name.starts_with("z1_") && std::string(what).starts_with("/zero_to_fp32");
+      EXPECT_EQ(r.differences(), drops_frozen ? 1u : 0u) << name << what << "\n" << text(r);
+      if (drops_frozen)
+        for (const auto& row : r.rows)
+          if (row.counts()) {
+            EXPECT_TRUE(row.param == "frozen_scale" && row.status == "missing in B") << text(r);
+          }
+      EXPECT_GT(r.rows.size(), 8u) << text(r);
+    }
+  }
+}
+
+TEST(Diff, MissingRenamedAndChangedKeysDiffer) {
+  const std::string dir = test::temp_dir() + "/u";
+  test::copy_fixture("z2_ws2_fp32_pg2/ds_to_universal", dir);
+  const std::string zero = dir + "/global_step3_universal/zero";
+  fs::remove(zero + "/fc1.weight/exp_avg.pt");                 // a missing key
+  fs::rename(zero + "/fc2.bias", zero + "/fc2.bias_renamed");  // a renamed key
+  const DiffResult r = diff(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", dir);
+  size_t missing = 0;
+  for (const auto& row : r.rows) missing += row.status.starts_with("missing");
+  EXPECT_EQ(missing, 1u + 4u + 4u) << text(r);  // exp_avg; fc2.bias's 4 states on each side
+  EXPECT_EQ(r.exit_code(), 1);
+  // One value changed: beyond --atol 0, within --atol 1.
+  const std::string one = dir + "/global_step3_universal/zero/fc1.bias/fp32.pt";
+  auto pt = pt::load_pt(one);
+  const float x = 0.5f;
+  patch(one, pt->root->get("param")->tensor->byte_offset(), &x, 4);
+  const DiffResult r2 = diff(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", dir);
+  bool changed = false;
+  for (const auto& row : r2.rows)
+    changed |= row.param == "fc1.bias" && row.state == "weight" && row.status == "differs";
+  EXPECT_TRUE(changed) << text(r2);
+}
+
+TEST(Diff, PrefixesMatchAndAreSaid) {
+  EXPECT_EQ(canonical_param("_orig_mod.module.model.fc1.weight"), "fc1.weight");
+  EXPECT_EQ(canonical_param("optimizer.state.fc1.weight"), "fc1.weight");
+  std::string why;
+  canonical_param("module.fc1.weight", &why);
+  EXPECT_EQ(why, "'module.'");
+}
+
+}  // namespace
+}  // namespace zm::check
