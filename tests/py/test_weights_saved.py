@@ -118,3 +118,19 @@ def test_unknown_type_and_no_config_keep_runtime_names(tmp_path):
         assert sorted(read_safetensors(os.path.join(mnt, TAG + "_fp32", "model.safetensors"))) == names
         # the other views keep run-time names whatever the table says
         assert any("experts.gate_up_proj" in n for n in os.listdir(os.path.join(mnt, TAG + "_params")))
+
+
+def test_config_json_link_is_followed_and_fifo_is_not_read(tmp_path):
+    # the daemon reads config.json as it reads `latest`: a link through ds::resolve, a regular file only
+    src, _ = make_run(tmp_path, "mixtral_small")
+    real = tmp_path / "elsewhere.json"
+    (src / "config.json").rename(real)
+    (src / "config.json").symlink_to(real)
+    with mount(str(src)) as mnt:
+        names = read_safetensors(os.path.join(mnt, TAG + "_fp32", "model.safetensors"))
+        assert "model.layers.0.block_sparse_moe.experts.0.w1.weight" in names
+    (src / "config.json").unlink()
+    os.mkfifo(src / "config.json")  # an open() of it would block the fill until a writer came
+    with mount(str(src)) as mnt:
+        names = read_safetensors(os.path.join(mnt, TAG + "_fp32", "model.safetensors"))
+        assert "model.layers.0.mlp.experts.gate_up_proj" in names

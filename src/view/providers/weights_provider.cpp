@@ -7,10 +7,10 @@
 // Tensor names and shapes are save_pretrained's (-o weights_names=saved, the default): transformers
 // 5's conversion table reversed for the config.json's model (files/saved_layout.h); where the table
 // cannot be followed, the run-time names are kept and README.md says why.
-#include <fstream>
 #include <memory>
-#include <sstream>
 
+#include "zeromount/ds/source_dir.h"
+#include "zeromount/ds/source_path.h"
 #include "zeromount/view/files/weights.h"
 #include "zeromount/view/provider.h"
 #include "zeromount/view/view_options.h"
@@ -93,16 +93,25 @@ class WeightsProvider final : public Provider {
   // copied in later is shown, but does not rename what was planned).
   static Conversion conversion(ProviderContext& cx) {
     const bool saved = cx.options().weights_saved_names;
-    std::ifstream in(cx.folder().path() + "/config.json", std::ios::binary);
-    std::ostringstream text;
-    if (in) text << in.rdbuf();
-    Conversion c = choose_conversion(text.str());
+    Conversion c = choose_conversion(config_text(cx.folder().path()));
     if (!saved && c.saved()) {
       c.rules.reset();
       c.reason = "-o weights_names=runtime";
     }
     return c;
   }
+  // config.json as the daemon may read it: a link followed only where ds::resolve allows (never into
+  // the mount itself, which would wait on this very thread), and only a regular file (a FIFO would
+  // block the fill). Anything else reads as no config.json: the run-time names are kept.
+  static std::string config_text(const std::string& folder) {
+    try {
+      const auto [dir, name] = ds::split_path(ds::resolve(folder + "/config.json"));
+      return ds::open_dir(dir).read_file(name, kConfigMaxBytes).value_or("");
+    } catch (const Error&) {  // a dangling link, one into the mount, a loop
+      return "";
+    }
+  }
+  static constexpr size_t kConfigMaxBytes = 16u << 20;
   static std::string readme(const Conversion& c, bool saved) {
     return "# Tensor names in this folder\n\nThese weights keep the names and shapes the run had (what DeepSpeed "
            "saved), "
