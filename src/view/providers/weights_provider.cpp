@@ -3,10 +3,13 @@
 //   training  <T>_bf16/ or <T>_fp16/: the precision the run trained in, the file people publish
 //             for inference. Shown only for 16-bit runs; fp32 runs have <T>_fp32 alone.
 // Beside the weights (one model.safetensors, or shards and their index) each shows the checkpoint
-// folder's config.json, generation_config.json and tokenizer files, where it has them.
+// folder's config.json, generation_config.json and tokenizer files, where it has them (a DCP tag's
+// own too: the Trainer under FSDP saves them into checkpoint-N/, the tag).
 // Tensor names and shapes are save_pretrained's (-o weights_names=saved, the default): transformers
 // 5's conversion table reversed for the config.json's model (files/saved_layout.h); where the table
 // cannot be followed, the run-time names are kept and README.md says why.
+#include <sys/stat.h>
+
 #include <memory>
 
 #include "zeromount/ds/source_dir.h"
@@ -20,7 +23,7 @@ namespace zm::view {
 namespace {
 
 // What AutoConfig, GenerationConfig and AutoTokenizer read from a model folder.
-bool model_file(const Inode& n) {
+bool model_file_name(std::string_view name) {
   static const char* kNames[] = {"config.json",
                                  "generation_config.json",
                                  "tokenizer.json",
@@ -37,10 +40,25 @@ bool model_file(const Inode& n) {
                                  "chat_template.json",
                                  "preprocessor_config.json",
                                  "processor_config.json"};
-  if (n.is_dir()) return false;
   for (const char* k : kNames)
-    if (n.name == k) return true;
+    if (name == k) return true;
   return false;
+}
+bool model_file(const Inode& n) {
+  return !n.is_dir() && model_file_name(n.name);
+}
+
+// The Trainer under FSDP saves config.json and the tokenizer into checkpoint-N/, which is the tag
+// itself when it holds a DCP save: the tag folder's own model files, where its folder has none.
+void add_tag_model_files(ProviderContext& cx, uint64_t d, const ds::TagIndex& ix) {
+  if (ix.source != ds::SourceKind::Dcp) return;
+  std::error_code ec;
+  const ds::Dir dir = ds::open_dir(ix.dir);
+  for (const ds::Dir::Entry& e : dir.ok() ? dir.list(ec) : std::vector<ds::Dir::Entry>{}) {
+    struct stat st {};
+    if (model_file_name(e.name) && !cx.tree().lookup(d, e.name) && dir.stat(e.name, st) && S_ISREG(st.st_mode))
+      cx.add_real_file(d, e.name, ix.dir + "/" + e.name);
+  }
 }
 
 class WeightsProvider final : public Provider {
@@ -55,9 +73,10 @@ class WeightsProvider final : public Provider {
     const uint64_t d = cx.add_made_dir(tag.index->tag + suffix, *this, {&tag});
     if (!d) return;
     copy_real_entries(cx.tree(), cx.folder(), d, model_file);
+    add_tag_model_files(cx, d, *tag.index);
     const MountedTag* t = &tag;
     const Weights which = which_;
-    auto names = std::make_shared<const Conversion>(conversion(cx));
+    auto names = std::make_shared<const Conversion>(conversion(cx, *tag.index));
     std::shared_ptr<const WeightShards> plan;
     try {
       plan = std::make_shared<const WeightShards>(plan_weights(tag, which, cx.options().max_shard_bytes, names.get()));
@@ -91,9 +110,12 @@ class WeightsProvider final : public Provider {
  private:
   // The table entry for the folder's config.json, read when the tag's folder is made (a config.json
   // copied in later is shown, but does not rename what was planned).
-  static Conversion conversion(ProviderContext& cx) {
+  // The config.json the folder shows: the checkpoint folder's, else a DCP tag's own (add_tag_model_files).
+  static Conversion conversion(ProviderContext& cx, const ds::TagIndex& ix) {
     const bool saved = cx.options().weights_saved_names;
-    Conversion c = choose_conversion(config_text(cx.folder().path()));
+    std::string text = config_text(cx.folder().path());
+    if (text.empty() && ix.source == ds::SourceKind::Dcp) text = config_text(ix.dir);
+    Conversion c = choose_conversion(text);
     if (!saved && c.saved()) {
       c.rules.reset();
       c.reason = "-o weights_names=runtime";
