@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages zeromount builds and tests with (idempotent; quick when done).
 set -euo pipefail
 PKGS=(cmake g++ ninja-build pkg-config lld
-      libfuse3-dev fuse3 libxxhash-dev libspdlog-dev libcli11-dev libgtest-dev
+      libfuse3-dev fuse3 libxxhash-dev libspdlog-dev libcli11-dev libgtest-dev nlohmann-json3-dev
       libtorch-dev python3-torch python3-numpy python3-pytest
       clang clang-format libclang-rt-14-dev xz-utils
       chromium fonts-dejavu-core   # the report pages are tested in a real browser (tests/py/test_report.py)

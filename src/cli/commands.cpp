@@ -329,6 +329,7 @@ int mount(const MountOptions& o) {
   vo.crc = o.crc;
   vo.report = o.report;
   vo.max_shard_bytes = o.max_shard_bytes;
+  vo.weights_saved_names = o.weights_saved_names;
   vo.cache_bytes = size_t(o.cache_bytes);
   // A bad -o option is a usage error now, before the checkpoint is indexed (which may take long).
   if (const std::string why = fuse::option_problem(o.fuse_opts); !why.empty()) throw UsageError(why);

@@ -68,6 +68,7 @@ struct MountOptions {
   bool crc = false;                                     // -o crc: real CRC-32s in made-up .pt files
   uint64_t max_shard_bytes = 5'000'000'000;             // -o max_shard_size: consolidated weights' shards
   bool report = true;                                   // -o report=off: no report pages
+  bool weights_saved_names = true;                      // -o weights_names=saved|runtime
   uint64_t cache_bytes = 16u << 20;                     // -o cache=BYTES: built files' headers kept
 };
 int mount(const MountOptions& opts);

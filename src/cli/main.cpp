@@ -30,9 +30,9 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
   return out;
 }
 
-// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N, cache=BYTES, report=off and crc are zeromount's, not
-// libfuse's. The comma that splits -o values also splits the preset list, so the items after layouts= that are layout
-// names (which no libfuse option is) belong to it.
+// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N, weights_names=W, cache=BYTES, report=off and crc
+// are zeromount's, not libfuse's. The comma that splits -o values also splits the preset list, so the items after
+// layouts= that are layout names (which no libfuse option is) belong to it.
 std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
   using zm::cli::UsageError;
   std::vector<std::string> rest;
@@ -47,6 +47,11 @@ std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm:
       in_list = false;
       if (o != "report=on" && o != "report=off") throw UsageError("-o report: '" + o.substr(7) + "' is not on or off");
       m.report = o == "report=on";
+    } else if (o.starts_with("weights_names=")) {
+      in_list = false;
+      if (o != "weights_names=saved" && o != "weights_names=runtime")
+        throw UsageError("-o weights_names: '" + o.substr(14) + "' is not saved or runtime");
+      m.weights_saved_names = o == "weights_names=saved";
     } else if (o.starts_with("rescan=")) {
       in_list = false;
       char* end = nullptr;
@@ -110,8 +115,9 @@ int main(int argc, char** argv) {
   app.add_option(
          "-o", raw_opts,
          "mount options (comma separated): zeromount's layouts=a,b layouts_dir=NAME rescan=S "
-         "max_shard_size=SIZE (weights folders' shards, default 5GB) cache=BYTES (built files' headers kept, default "
-         "16 MiB) crc report=off (no report pages); libfuse's "
+         "max_shard_size=SIZE (weights folders' shards, default 5GB) weights_names=saved|runtime (weights folders' "
+         "tensor names: as save_pretrained writes them, the default, or as the run had them) cache=BYTES (built "
+         "files' headers kept, default 16 MiB) crc report=off (no report pages); libfuse's "
          "allow_other, ...")
       ->allow_extra_args(false);
   app.add_flag("-f,--foreground", m.foreground, "stay in the foreground");

@@ -440,8 +440,37 @@ ARCHS = {
 }
 
 
+# MoE models as transformers 5 holds them at run time (what DeepSpeed saves): experts packed into
+# mlp.experts.gate_up_proj [E, 2F, H] and mlp.experts.down_proj [E, H, F], the router mlp.gate.
+# (layers, hidden, heads, kv_heads, expert ffn, vocab, experts, qk norms)
+MOE_ARCHS = {
+    "mixtral_small": (2, 64, 4, 2, 96, 256, 4, False),
+    "qwen3moe_small": (2, 64, 4, 2, 32, 256, 4, True),
+}
+
+
+def moe_params(arch):
+    """(name, shape) of a transformers 5 Mixtral / Qwen3-MoE model's named_parameters(), in order."""
+    L, h, heads, kv, f, v, E, qk_norm = MOE_ARCHS[arch]
+    hd = h // heads
+    out = [("model.embed_tokens.weight", (v, h))]
+    for i in range(L):
+        a = f"model.layers.{i}."
+        out += [(a + "self_attn.q_proj.weight", (h, h)), (a + "self_attn.k_proj.weight", (hd * kv, h)),
+                (a + "self_attn.v_proj.weight", (hd * kv, h)), (a + "self_attn.o_proj.weight", (h, h))]
+        if qk_norm:
+            out += [(a + "self_attn.q_norm.weight", (hd,)), (a + "self_attn.k_norm.weight", (hd,))]
+        out += [(a + "mlp.gate.weight", (E, h)), (a + "mlp.experts.gate_up_proj", (E, 2 * f, h)),
+                (a + "mlp.experts.down_proj", (E, h, f)),
+                (a + "input_layernorm.weight", (h,)), (a + "post_attention_layernorm.weight", (h,))]
+    out += [("model.norm.weight", (h,)), ("lm_head.weight", (v, h))]
+    return out
+
+
 def llama_params(arch):
     """(name, shape) of a Hugging Face Llama state_dict, in its order."""
+    if arch in MOE_ARCHS:
+        return moe_params(arch)
     L, h, heads, kv, f, v = ARCHS[arch]
     kvd = h // heads * kv
     out = [("model.embed_tokens.weight", (v, h))]
@@ -509,7 +538,7 @@ class Model:
         rotary inv_freq is not persistent) and no frozen params."""
         named = llama_params(args.arch)
         self.frozen = []
-        self.params = [Param(nm, sh, p, 0 if len(sh) == 2 else 1, True)
+        self.params = [Param(nm, sh, p, 0 if len(sh) >= 2 else 1, True)
                        for p, (nm, sh) in enumerate(named)]
         self.buffer = None
         self.G = 2
@@ -970,7 +999,7 @@ def main(argv=None):
                     help="stage 3: torch.save every file instead of replaying the shared pickle")
     ap.add_argument("--mmap-min-mib", type=int, default=256,
                     help="buffers of at least this size are file-backed (0 = never)")
-    ap.add_argument("--arch", default="random", choices=("random",) + tuple(ARCHS),
+    ap.add_argument("--arch", default="random", choices=("random",) + tuple(ARCHS) + tuple(MOE_ARCHS),
                     help="parameter names and shapes: random 'layers.N' (default, see --params) or "
                          "a Llama-style model (small: 2 layers, llama70b: 80 layers, 70.55e9 params)")
     ap.add_argument("--module-dtype", default=None, choices=("fp32", "bf16"),

@@ -28,6 +28,9 @@ struct ViewOptions {
   // -o max_shard_size: consolidated weights are split into shards of at most this many bytes, as
   // zero_to_fp32.py --max_shard_size (huggingface_hub's rule: decimal units, 5GB by default).
   uint64_t max_shard_bytes = 5'000'000'000;
+  // -o weights_names=saved|runtime: <T>_fp32/ and <T>_bf16/ hold the names and shapes save_pretrained
+  // writes (transformers 5's conversion table reversed, chosen by config.json), or the run-time ones.
+  bool weights_saved_names = true;
   // Where the view is mounted (absolute, as given to the kernel): never listed or looked into,
   // since a request of the daemon to its own mount can wait on itself forever.
   std::string mount_point;

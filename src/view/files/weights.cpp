@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <functional>
 
 #include "zeromount/ds/state_bytes.h"
@@ -26,6 +27,9 @@ struct Item {
   // A master stored in rank partitions: its pieces are counted only when its file is built (the
   // plan is made for every tag when its folder is filled, and must not walk every rank).
   const ds::Param* ranked = nullptr;
+  // A tensor of the saved layout: its name and shape are its own, not the index's.
+  std::shared_ptr<const std::string> own_name;
+  std::shared_ptr<const std::vector<int64_t>> own_shape;
 };
 
 // A tensor stored whole or as rank partitions; ZeRO-3 partitions end in padding, cut here.
@@ -105,6 +109,143 @@ std::vector<Item> weight_items(const MountedTag& t, Weights which) {
   return items;
 }
 
+// Bytes of a saved tensor that are no run of its run-time tensors (a transpose, a concatenation
+// along an inner dimension): each element gathered from its views on read, consecutive source
+// elements read together.
+class GatheredView final : public pt::Computed {
+ public:
+  GatheredView(SavedTensor t, std::vector<pt::VirtualFile> sources, size_t elem)
+      : t_(std::move(t)), src_(std::move(sources)), es_(elem) {
+    n_ = 1;
+    for (int64_t d : t_.shape) n_ *= uint64_t(d);
+  }
+  uint64_t size() const override { return n_ * es_; }
+  size_t memory_bytes() const override {
+    size_t b = sizeof(*this);
+    for (const auto& s : src_) b += s.memory_bytes();
+    return b;
+  }
+  void read(uint64_t offset, void* out, size_t n, const pt::ExtentReader& files) const override {
+    auto* dst = static_cast<unsigned char*>(out);
+    std::vector<unsigned char> elem(es_);
+    uint64_t run_src = 0, run_len = 0;
+    size_t run_part = 0;
+    unsigned char* run_dst = dst;
+    auto flush = [&] {
+      if (run_len && src_[run_part].read(run_src, run_dst, run_len, files) != run_len)
+        throw Error(t_.name + ": short read of its run-time tensor", EIO);
+      run_len = 0;
+    };
+    for (uint64_t at = offset; at < offset + n;) {
+      const uint64_t e = at / es_, skip = at % es_;
+      auto [part, src] = source_of(e);
+      const uint64_t take = std::min<uint64_t>(es_ - skip, offset + n - at);
+      unsigned char* to = dst + (at - offset);
+      if (skip || take < es_) {  // a part of one element: read it alone
+        flush();
+        if (src_[part].read(src * es_, elem.data(), es_, files) != es_) throw Error(t_.name + ": short read", EIO);
+        std::memcpy(to, elem.data() + skip, take);
+      } else if (run_len && part == run_part && src * es_ == run_src + run_len && to == run_dst + run_len) {
+        run_len += es_;
+      } else {
+        flush();
+        run_part = part, run_src = src * es_, run_dst = to, run_len = es_;
+      }
+      at += take;
+    }
+    flush();
+  }
+
+ private:
+  // The part and the element of its run-time tensor that saved element `e` is.
+  std::pair<size_t, uint64_t> source_of(uint64_t e) const {
+    std::vector<int64_t> idx(t_.shape.size());
+    for (size_t d = t_.shape.size(); d-- > 0;) {
+      idx[d] = int64_t(e % uint64_t(t_.shape[d]));
+      e /= uint64_t(t_.shape[d]);
+    }
+    size_t p = 0;
+    if (!idx.empty())
+      while (p + 1 < t_.parts.size() && idx[size_t(t_.cat_dim)] >= t_.parts[p].shape[size_t(t_.cat_dim)])
+        idx[size_t(t_.cat_dim)] -= t_.parts[p++].shape[size_t(t_.cat_dim)];
+    const TensorView& v = t_.parts[p];
+    int64_t at = v.offset;
+    for (size_t d = 0; d < idx.size(); ++d) at += idx[d] * v.strides[d];
+    return {p, uint64_t(at)};
+  }
+  SavedTensor t_;
+  std::vector<pt::VirtualFile> src_;  // per part: its run-time tensor's bytes
+  size_t es_;
+  uint64_t n_ = 0;
+};
+
+// The run-time tensors renamed and cut as save_pretrained writes them (saved_layout.h). A view that
+// is one run of its tensor (an expert, the gate or up half of one) becomes that byte range of the
+// tensor's own pieces; anything else is gathered on read. An alias stays an alias when its saved
+// tensor is its whole run-time tensor.
+std::vector<Item> saved_items(std::vector<Item> runtime, const Conversion& c) {
+  std::vector<RuntimeTensor> names;
+  for (const Item& it : runtime) names.push_back({*it.name, *it.shape});
+  std::vector<SavedTensor> saved = saved_layout(c, names);
+  std::vector<size_t> whole_at(runtime.size(), SIZE_MAX);  // run-time position -> saved position
+  std::vector<Item> out;
+  for (SavedTensor& s : saved) {
+    const Item& first = runtime[s.parts.at(0).tensor];
+    const size_t es = pt::element_size(first.dtype);
+    uint64_t numel = 1;
+    for (int64_t d : s.shape) numel *= uint64_t(d);
+    const bool whole =
+        s.parts.size() == 1 && s.parts[0].offset == 0 && s.parts[0].contiguous() && numel * es == first.bytes;
+    Item it;
+    it.own_name = std::make_shared<const std::string>(s.name);
+    it.own_shape = std::make_shared<const std::vector<int64_t>>(s.shape);
+    it.name = it.own_name.get();
+    it.shape = it.own_shape.get();
+    it.dtype = first.dtype;
+    it.bytes = numel * es;
+    it.pieces = first.pieces * s.parts.size() + 1;
+    if (whole) {
+      whole_at[s.parts[0].tensor] = out.size();
+      it.shares = first.shares;  // mapped to saved positions below
+      it.append = first.append;
+      it.ranked = first.ranked;
+      it.pieces = first.pieces;
+      out.push_back(std::move(it));
+      continue;
+    }
+    std::vector<std::function<void(pt::VirtualFile&)>> sources;
+    bool runs = s.cat_dim == 0 || s.parts.size() == 1;
+    for (const TensorView& v : s.parts) {
+      sources.push_back(runtime[v.tensor].append);
+      runs = runs && v.contiguous();
+    }
+    if (runs) {
+      it.append = [sources, s, es](pt::VirtualFile& f) {
+        for (size_t k = 0; k < s.parts.size(); ++k) {
+          pt::VirtualFile src;
+          sources[k](src);
+          f.append(src, uint64_t(s.parts[k].offset) * es, s.parts[k].numel() * es);
+        }
+      };
+    } else {
+      it.append = [sources, s, es](pt::VirtualFile& f) {
+        std::vector<pt::VirtualFile> src(sources.size());
+        for (size_t k = 0; k < sources.size(); ++k) sources[k](src[k]);
+        f.append_computed(std::make_shared<GatheredView>(s, std::move(src), es));
+      };
+    }
+    out.push_back(std::move(it));
+  }
+  for (Item& it : out)
+    if (it.shares != SIZE_MAX) it.shares = whole_at[it.shares];  // SIZE_MAX: its tensor was cut, so is it
+  return out;
+}
+
+std::vector<Item> items_for(const MountedTag& t, Weights which, const Conversion* saved) {
+  std::vector<Item> items = weight_items(t, which);
+  return saved && saved->saved() ? saved_items(std::move(items), *saved) : items;
+}
+
 }  // namespace
 
 std::vector<WeightTensor> weight_tensors(const MountedTag& t, Weights which) {
@@ -114,8 +255,8 @@ std::vector<WeightTensor> weight_tensors(const MountedTag& t, Weights which) {
   return out;
 }
 
-WeightShards plan_weights(const MountedTag& t, Weights which, uint64_t max_bytes) {
-  const std::vector<Item> items = weight_items(t, which);
+WeightShards plan_weights(const MountedTag& t, Weights which, uint64_t max_bytes, const Conversion* saved) {
+  const std::vector<Item> items = items_for(t, which, saved);
   WeightShards plan;
   std::vector<size_t> current;
   uint64_t current_bytes = 0;
@@ -154,10 +295,11 @@ WeightShards plan_weights(const MountedTag& t, Weights which, uint64_t max_bytes
   return plan;
 }
 
-pt::VirtualFile weights_file(const MountedTag& t, Weights which, const std::vector<size_t>& tensors) {
+pt::VirtualFile weights_file(const MountedTag& t, Weights which, const std::vector<size_t>& tensors,
+                             const Conversion* saved) {
   // Two passes over small records (the header, then the data extents), so that the only large
   // thing built is the VirtualFile itself: one segment per (parameter, rank) piece.
-  const std::vector<Item> all = weight_items(t, which);
+  const std::vector<Item> all = items_for(t, which, saved);
   std::vector<const Item*> items;
   for (size_t k : tensors) items.push_back(&all.at(k));
   std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";

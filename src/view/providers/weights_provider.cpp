@@ -5,11 +5,15 @@
 // Beside the weights (one model.safetensors, or shards and their index) each shows the checkpoint
 // folder's config.json, generation_config.json and tokenizer files, where it has them (a DCP tag's
 // own too: the Trainer under FSDP saves them into checkpoint-N/, the tag).
+// Tensor names and shapes are save_pretrained's (-o weights_names=saved, the default): transformers
+// 5's conversion table reversed for the config.json's model (files/saved_layout.h); where the table
+// cannot be followed, the run-time names are kept and README.md says why.
 #include <sys/stat.h>
 
 #include <memory>
 
 #include "zeromount/ds/source_dir.h"
+#include "zeromount/ds/source_path.h"
 #include "zeromount/view/files/weights.h"
 #include "zeromount/view/provider.h"
 #include "zeromount/view/view_options.h"
@@ -40,7 +44,9 @@ bool model_file_name(std::string_view name) {
     if (name == k) return true;
   return false;
 }
-bool model_file(const Inode& n) { return !n.is_dir() && model_file_name(n.name); }
+bool model_file(const Inode& n) {
+  return !n.is_dir() && model_file_name(n.name);
+}
 
 // The Trainer under FSDP saves config.json and the tokenizer into checkpoint-N/, which is the tag
 // itself when it holds a DCP save: the tag folder's own model files, where its folder has none.
@@ -70,10 +76,22 @@ class WeightsProvider final : public Provider {
     add_tag_model_files(cx, d, *tag.index);
     const MountedTag* t = &tag;
     const Weights which = which_;
-    auto plan = std::make_shared<const WeightShards>(plan_weights(tag, which, cx.options().max_shard_bytes));
+    auto names = std::make_shared<const Conversion>(conversion(cx, *tag.index));
+    std::shared_ptr<const WeightShards> plan;
+    try {
+      plan = std::make_shared<const WeightShards>(plan_weights(tag, which, cx.options().max_shard_bytes, names.get()));
+    } catch (const Error& e) {  // a tensor that does not fit its converter: the run-time names, and why
+      Conversion kept;
+      kept.key = names->key;
+      kept.reason = std::string("transformers' entry '") + names->key + "' does not fit this run: " + e.what();
+      names = std::make_shared<const Conversion>(std::move(kept));
+      plan = std::make_shared<const WeightShards>(plan_weights(tag, which, cx.options().max_shard_bytes));
+    }
+    if (!names->key.empty() && !names->saved())
+      cx.add_text(d, "README.md", readme(*names, cx.options().weights_saved_names), mtime);
     for (size_t k = 0; k < plan->files.size(); ++k)
       cx.tree().add_file(d, plan->files[k], mtime,
-                         [t, which, plan, k] { return weights_file(*t, which, plan->tensors[k]); });
+                         [t, which, plan, k, names] { return weights_file(*t, which, plan->tensors[k], names.get()); });
     if (plan->sharded()) cx.add_text(d, "model.safetensors.index.json", weights_index(*plan), mtime);
   }
 
@@ -90,6 +108,42 @@ class WeightsProvider final : public Provider {
   }
 
  private:
+  // The table entry for the folder's config.json, read when the tag's folder is made (a config.json
+  // copied in later is shown, but does not rename what was planned).
+  // The config.json the folder shows: the checkpoint folder's, else a DCP tag's own (add_tag_model_files).
+  static Conversion conversion(ProviderContext& cx, const ds::TagIndex& ix) {
+    const bool saved = cx.options().weights_saved_names;
+    std::string text = config_text(cx.folder().path());
+    if (text.empty() && ix.source == ds::SourceKind::Dcp) text = config_text(ix.dir);
+    Conversion c = choose_conversion(text);
+    if (!saved && c.saved()) {
+      c.rules.reset();
+      c.reason = "-o weights_names=runtime";
+    }
+    return c;
+  }
+  // config.json as the daemon may read it: a link followed only where ds::resolve allows (never into
+  // the mount itself, which would wait on this very thread), and only a regular file (a FIFO would
+  // block the fill). Anything else reads as no config.json: the run-time names are kept.
+  static std::string config_text(const std::string& folder) {
+    try {
+      const auto [dir, name] = ds::split_path(ds::resolve(folder + "/config.json"));
+      return ds::open_dir(dir).read_file(name, kConfigMaxBytes).value_or("");
+    } catch (const Error&) {  // a dangling link, one into the mount, a loop
+      return "";
+    }
+  }
+  static constexpr size_t kConfigMaxBytes = 16u << 20;
+  static std::string readme(const Conversion& c, bool saved) {
+    return "# Tensor names in this folder\n\nThese weights keep the names and shapes the run had (what DeepSpeed "
+           "saved), "
+           "not the layout transformers' save_pretrained writes: " +
+           c.reason + ".\n\ntransformers " + conversions_version() +
+           " loads them either way. Readers that expect save_pretrained's layout (vLLM, llama.cpp's converter, "
+           "transformers 4, PEFT adapters keyed by module name) may not.\n" +
+           (saved ? "" : "Mount with -o weights_names=saved (the default) for save_pretrained's layout.\n");
+  }
+
   // "" when this tag has no such folder.
   std::string folder_suffix(const ds::TagIndex& ix) const {
     if (which_ == Weights::Master) return "_fp32";

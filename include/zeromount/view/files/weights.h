@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/files/saved_layout.h"
 #include "zeromount/view/mounted_tag.h"
 
 namespace zm::view {
@@ -42,9 +43,12 @@ struct WeightShards {
   uint64_t total_size = 0;                   // huggingface_hub's: shared tensors counted once
   bool sharded() const { return files.size() > 1; }
 };
-WeightShards plan_weights(const MountedTag& t, Weights which, uint64_t max_bytes);
+// `saved`: the tensors as save_pretrained writes them (saved_layout.h), when it holds rules; else
+// (nullptr, or an entry that keeps them) the run-time names and shapes DeepSpeed saved.
+WeightShards plan_weights(const MountedTag& t, Weights which, uint64_t max_bytes, const Conversion* saved = nullptr);
 // One file of the plan.
-pt::VirtualFile weights_file(const MountedTag& t, Weights which, const std::vector<size_t>& tensors);
+pt::VirtualFile weights_file(const MountedTag& t, Weights which, const std::vector<size_t>& tensors,
+                             const Conversion* saved = nullptr);
 // model.safetensors.index.json: {"metadata": {"total_size"}, "weight_map"}, as json.dumps(indent=2,
 // sort_keys=True) writes it.
 std::string weights_index(const WeightShards& plan);
