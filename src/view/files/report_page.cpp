@@ -84,6 +84,12 @@ std::string run_section(const ds::TagIndex& ix, const TagFigures* f) {
 // verify's checks that this page's pass answers (report_verdict.h), each with a fixed width: the
 // result in 4 characters, counts in the digits of the most there can be, the first subject padded
 // to the longest a parameter's name and state can be.
+// `s` then spaces to `width` (a name reads from the left; fit() right-aligns numbers).
+std::string left(std::string s, size_t width) {
+  const size_t n = s.size();
+  return fit(std::move(s), width).substr(width - n) + std::string(width - n, ' ');
+}
+
 std::string verify_section(const ds::TagIndex& ix, const TagFigures* f) {
   size_t name_width = 0;
   for (const auto& p : ix.params) name_width = std::max(name_width, escape(p.name).size());
@@ -103,7 +109,7 @@ std::string verify_section(const ds::TagIndex& ix, const TagFigures* f) {
     const PageCheck* c = v && k < v->checks.size() ? &v->checks[k] : nullptr;
     o += row(kPageChecks[k], (c ? result(c->result) : "<b class=\"g\">" + fit("", 4) + "</b>") + " " +
                                  html::count(c ? c->findings : 0, cw) + " of " + html::count(c ? c->subjects : 0, cw) +
-                                 " found wrong; first: <code>" + fit(c ? escape(c->first) : "", subject_width) +
+                                 " found wrong; first: <code>" + left(c ? escape(c->first) : "", subject_width) +
                                  "</code>");
   }
   return o + "</table>\n";
