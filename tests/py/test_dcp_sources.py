@@ -106,3 +106,15 @@ def test_a_damaged_dcp_source_is_refused_with_the_key_named(tmp_path):
         assert "step-3_fp32" in names and "step-4_fp32" not in names, "one broken tag never takes the folder down"
         errors = open(f"{m}/.zeromount/errors").read()
         assert "step-4" in errors and "__1_0.distcp" in errors and "key '" in errors, errors
+
+
+def test_a_trainer_fsdp_checkpoint_gives_its_config_to_the_weights_folder(tmp_path):
+    """The Trainer under FSDP saves config.json into checkpoint-N/, the tag itself: from_pretrained
+    of <T>_fp32/ needs it there."""
+    src = tmp_path / "run"
+    shutil.copytree(os.path.join(DCP, "hf_fsdp_ws2_fp32", "checkpoint"), src)
+    config = '{"model_type": "llama", "hidden_size": 12}\n'
+    (src / "checkpoint-3" / "config.json").write_text(config)
+    with mount(str(src)) as m:
+        assert open(f"{m}/checkpoint-3_fp32/config.json").read() == config
+        assert "model.safetensors" in os.listdir(f"{m}/checkpoint-3_fp32")

@@ -1,5 +1,5 @@
 #pragma once
-// A torch.distributed.checkpoint (DCP) folder as a training state (spec torch-dcp.md): what FSDP2's
+// A torch.distributed.checkpoint (DCP) folder as a training state [dcp]: what FSDP2's
 // get_state_dict, torchtitan, and the Trainer and Accelerate under FSDP save. Its second producer
 // after DeepSpeed's index: the same TagIndex, whose states are the chunks of the folder's keys.
 #include <memory>

@@ -1,5 +1,5 @@
 #pragma once
-// torch.distributed.checkpoint (DCP) on disk (spec torch-dcp.md): the `.metadata` pickle that
+// torch.distributed.checkpoint (DCP) on disk [dcp]: the `.metadata` pickle that
 // names every item of a checkpoint folder, its chunks and the byte range of a data file that holds
 // each one. Items themselves are plain torch.save archives (pt_writer.h). `.metadata` is written as
 // a stream of protocol-2 opcodes, in blocks made on read: its size grows with the chunks, the

@@ -1,5 +1,5 @@
 #pragma once
-// An item of a DCP data file is a whole torch.save archive (spec torch-dcp.md §3); a chunk's
+// An item of a DCP data file is a whole torch.save archive [dcp §3]; a chunk's
 // values are that archive's one storage record. Found through the archive's own central
 // directory, read as a byte range of the data file: no tensor byte is read.
 #include <cstdint>

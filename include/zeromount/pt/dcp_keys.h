@@ -1,5 +1,5 @@
 #pragma once
-// What a DCP key is, from its name alone (spec torch-dcp.md §4): a model entry, an optimizer
+// What a DCP key is, from its name alone [dcp §4]: a model entry, an optimizer
 // state of a parameter, or a param-group hyper-parameter, in the families torch's get_state_dict
 // (FSDP2, Accelerate) and torchtitan write. The planner_data path decides, not the dotted name:
 // torchtitan's top-level `model.layers.0.weight` (path ('model.layers.0.weight',)) is a parameter

@@ -1,5 +1,5 @@
 #pragma once
-// Reading torch.distributed.checkpoint's `.metadata` (spec torch-dcp.md §2): the pickle decoded by
+// Reading torch.distributed.checkpoint's `.metadata` [dcp §2]: the pickle decoded by
 // the safe pickle machine (nothing runs, no size is trusted) into plain structs, every key
 // checked so that a damaged folder is refused by name before anything is served from it. The
 // writer of the same file is dcp.h; an item's own bytes are dcp_item.h.

@@ -1,7 +1,7 @@
 #pragma once
 // Reads the end records and central directory of a torch.save zip; never touches record data.
 // The zip may be a byte range of a larger file: a DCP data file holds one torch.save archive per
-// item, back to back (spec torch-dcp.md §3).
+// item, back to back [dcp §3].
 #include <cstdint>
 #include <string>
 #include <unordered_map>

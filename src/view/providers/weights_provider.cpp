@@ -3,9 +3,13 @@
 //   training  <T>_bf16/ or <T>_fp16/: the precision the run trained in, the file people publish
 //             for inference. Shown only for 16-bit runs; fp32 runs have <T>_fp32 alone.
 // Beside the weights (one model.safetensors, or shards and their index) each shows the checkpoint
-// folder's config.json, generation_config.json and tokenizer files, where it has them.
+// folder's config.json, generation_config.json and tokenizer files, where it has them (a DCP tag's
+// own too: the Trainer under FSDP saves them into checkpoint-N/, the tag).
+#include <sys/stat.h>
+
 #include <memory>
 
+#include "zeromount/ds/source_dir.h"
 #include "zeromount/view/files/weights.h"
 #include "zeromount/view/provider.h"
 #include "zeromount/view/view_options.h"
@@ -15,7 +19,7 @@ namespace zm::view {
 namespace {
 
 // What AutoConfig, GenerationConfig and AutoTokenizer read from a model folder.
-bool model_file(const Inode& n) {
+bool model_file_name(std::string_view name) {
   static const char* kNames[] = {"config.json",
                                  "generation_config.json",
                                  "tokenizer.json",
@@ -32,10 +36,23 @@ bool model_file(const Inode& n) {
                                  "chat_template.json",
                                  "preprocessor_config.json",
                                  "processor_config.json"};
-  if (n.is_dir()) return false;
   for (const char* k : kNames)
-    if (n.name == k) return true;
+    if (name == k) return true;
   return false;
+}
+bool model_file(const Inode& n) { return !n.is_dir() && model_file_name(n.name); }
+
+// The Trainer under FSDP saves config.json and the tokenizer into checkpoint-N/, which is the tag
+// itself when it holds a DCP save: the tag folder's own model files, where its folder has none.
+void add_tag_model_files(ProviderContext& cx, uint64_t d, const ds::TagIndex& ix) {
+  if (ix.source != ds::SourceKind::Dcp) return;
+  std::error_code ec;
+  const ds::Dir dir = ds::open_dir(ix.dir);
+  for (const ds::Dir::Entry& e : dir.ok() ? dir.list(ec) : std::vector<ds::Dir::Entry>{}) {
+    struct stat st {};
+    if (model_file_name(e.name) && !cx.tree().lookup(d, e.name) && dir.stat(e.name, st) && S_ISREG(st.st_mode))
+      cx.add_real_file(d, e.name, ix.dir + "/" + e.name);
+  }
 }
 
 class WeightsProvider final : public Provider {
@@ -50,6 +67,7 @@ class WeightsProvider final : public Provider {
     const uint64_t d = cx.add_made_dir(tag.index->tag + suffix, *this, {&tag});
     if (!d) return;
     copy_real_entries(cx.tree(), cx.folder(), d, model_file);
+    add_tag_model_files(cx, d, *tag.index);
     const MountedTag* t = &tag;
     const Weights which = which_;
     auto plan = std::make_shared<const WeightShards>(plan_weights(tag, which, cx.options().max_shard_bytes));
