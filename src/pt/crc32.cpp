@@ -91,7 +91,11 @@ ZM_CLMUL_TARGET uint32_t clmul_crc(const unsigned char* buf, size_t n, uint32_t 
   return uint32_t(_mm_extract_epi32(_mm_xor_si128(x1, x2), 1));
 }
 
-const bool kHaveClmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+// Read once, at start-up (a CRC asked for before then takes the tables: the same value).
+const bool kHaveClmul = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+}();
 #endif
 
 // a(x) * b(x) modulo the polynomial, both bit-reflected (zlib's multmodp).
