@@ -135,10 +135,6 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
   const auto ib = open_input(b, o.tag_b, fb);
   r.kind_a = ia->kind;
   r.kind_b = ib->kind;
-  for (const auto* x : {&fa, &fb})
-    if (x->worst() != Severity::Pass)
-      r.notes.push_back(std::string(x == &fa ? "A" : "B") + " has " + std::to_string(x->findings.size()) +
-                        " structure finding(s): run zeromount verify " + x->input);
   // Which states both formats can hold: a weights file holds no moments, a universal folder no
   // buffers, only a DeepSpeed tag a 16-bit module beside its masters.
   const bool optim = ia->holds_optimizer && ib->holds_optimizer;
@@ -231,6 +227,13 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
   }
   if (skipped)
     r.notes.push_back(std::to_string(skipped) + " item(s) of states the other side cannot hold: not compared");
+  // The records' CRCs, from what the comparison read (and what it did not, read now).
+  ia->files.settle_crcs(fa);
+  ib->files.settle_crcs(fb);
+  for (const auto* x : {&fa, &fb})
+    if (x->worst() != Severity::Pass)
+      r.notes.push_back(std::string(x == &fa ? "A" : "B") + " has " + std::to_string(x->findings.size()) +
+                        " structure finding(s): run zeromount verify " + x->input);
   return r;
 }
 

@@ -101,7 +101,7 @@ void read_dcp(const std::string& folder, Input& in, Findings& f) {
         const uint32_t id = in.files.add(data);
         const pt::File& file = in.files.file(id);
         if (checked.insert({id, c.storage.offset}).second)
-          check_zip(file, c.storage.offset, c.storage.length, c.storage.relative_path + " item of " + k.fqn, f);
+          check_zip(in.files, id, c.storage.offset, c.storage.length, c.storage.relative_path + " item of " + k.fqn, f);
         const dcp::ChunkBytes cb = dcp::chunk_bytes(file, k, c);
         chunk_runs(k.size, c, id, cb.offset, pt::element_size(k.dtype), runs);
       } catch (const Error& e) {

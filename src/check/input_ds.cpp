@@ -158,7 +158,7 @@ void read_deepspeed(const std::string& path, const std::string& tag, Input& in, 
   for (const auto& n : names) {
     if (!n.ends_with(".pt")) continue;
     const std::string file = (fs::path(dir) / n).string();
-    if (auto pt = open_pt(file, n, f)) collect_steps(*pt, n, in);
+    if (auto pt = open_pt(file, n, in, f)) collect_steps(*pt, n, in);
   }
   try {
     in.index = ds::index_tag(dir);

@@ -41,7 +41,7 @@ std::optional<std::pair<std::string, std::string>> universal_name(const fs::path
 }
 
 void read_pt(const std::string& path, const std::string& rel, Input& in, Findings& f) {
-  auto pt = open_pt(path, rel, f);
+  auto pt = open_pt(path, rel, in, f);
   if (!pt) return;
   collect_steps(*pt, rel, in);
   const std::string name = fs::path(rel).filename().string();

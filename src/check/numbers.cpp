@@ -8,6 +8,7 @@
 
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/error.h"
+#include "zeromount/view/files/number_rules.h"
 
 namespace zm::check {
 
@@ -42,22 +43,6 @@ std::map<std::string, double> param_steps(const Input& in, const std::vector<Ite
     if (it.state != kStep) continue;
     const double v = it.value ? *it.value : fig[k].read && fig[k].stats.n ? fig[k].stats.max : NAN;
     if (!std::isnan(v)) out[it.param] = v;
-  }
-  return out;
-}
-
-// "layers.3.experts.5.w1" -> "layers.*.experts.*.w1".
-std::string sibling_key(const std::string& name) {
-  std::string out;
-  size_t k = 0;
-  while (k < name.size()) {
-    const size_t dot = name.find('.', k);
-    const std::string part = name.substr(k, dot == std::string::npos ? std::string::npos : dot - k);
-    const bool numeric =
-        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    out += (out.empty() && k == 0 ? "" : ".") + (numeric ? std::string("*") : part);
-    if (dot == std::string::npos) break;
-    k = dot + 1;
   }
   return out;
 }
@@ -142,15 +127,13 @@ void check_steps(const Input& in, const std::vector<ItemFigures>& fig, Findings&
 
 // A 16-bit module weight must be its fp32 master rounded to nearest even (an fp32 one, the master
 // itself): otherwise the model-state file was saved from a module that was not updated (a stale
-// module) and a weights-only load gets other values than a resume.
-void check_module(const Input& in, Findings& f) {
+// module) and a weights-only load gets other values than a resume. The pass compared them.
+void check_module(const Input& in, const std::vector<ItemFigures>& fig, Findings& f) {
   std::map<std::string, size_t> master;
   for (size_t k = 0; k < in.items.size(); ++k)
     if (in.items[k].state == kWeight && in.items[k].trainable) master.emplace(in.items[k].param, k);
-  std::vector<float> a, mod;
-  std::vector<double> da, dm;
-  std::vector<char> rounded;
-  for (const Item& m : in.items) {
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& m = in.items[k];
     if (m.state != kModule) continue;
     const auto w = master.find(m.param);
     if (w == master.end() || !float_dtype(m.dtype)) continue;
@@ -161,26 +144,12 @@ void check_module(const Input& in, Findings& f) {
              "module holds " + std::to_string(m.numel()) + " elements, master " + std::to_string(ms.numel()));
       continue;
     }
-    ValueBlocks bm(ms, in.files), bw(m, in.files);
-    uint64_t differ = 0, first = 0, at = 0;
-    for (size_t n; (n = bm.next(a, da)) > 0; at += n) {
-      if (bw.next(mod, dm) != n) throw Error(m.stored + ": short read", EIO);
-      rounded.resize(n * pt::element_size(m.dtype));
-      pt::convert(pt::DType::F32, a.data(), m.dtype, rounded.data(), n);
-      if (std::memcmp(rounded.data(), bw.raw().data(), rounded.size()) == 0) continue;
-      const size_t es = pt::element_size(m.dtype);
-      for (size_t i = 0; i < n; ++i)
-        if (std::memcmp(rounded.data() + i * es, bw.raw().data() + i * es, es) != 0 &&
-            !(std::isnan(a[i]) && std::isnan(mod[i]))) {
-          if (!differ) first = at + i;
-          ++differ;
-        }
-    }
-    f.bytes_read += bm.bytes_read() + bw.bytes_read();
-    if (differ)
+    const ItemFigures& x = fig[k];
+    if (x.master >= 0 && x.not_rounded)
       f.fail("module-matches-masters", m.param,
-             std::to_string(differ) + " of " + std::to_string(m.numel()) + " module weights are not the fp32 master " +
-                 "rounded (first at " + index_text(m.shape, first) + "): a stale module [" + m.stored + "]");
+             std::to_string(x.not_rounded) + " of " + std::to_string(m.numel()) +
+                 " module weights are not the fp32 master rounded (first at " +
+                 index_text(m.shape, x.first_not_rounded) + "): a stale module [" + m.stored + "]");
   }
 }
 
@@ -189,20 +158,19 @@ void check_norms(const Input& in, const std::vector<ItemFigures>& fig, Findings&
   for (size_t k = 0; k < in.items.size(); ++k) {
     const Item& it = in.items[k];
     if (it.state != kWeight || !it.trainable || !fig[k].read || !fig[k].stats.n || it.numel() < 2) continue;
-    std::string key = sibling_key(it.param) + "|";
+    std::string key = view::sibling_key(it.param) + "|";
     for (int64_t d : it.shape) key += std::to_string(d) + ",";
     groups[key].push_back(k);
   }
   for (const auto& [key, members] : groups) {
-    if (members.size() < 4) continue;
+    if (members.size() < view::kMinSiblings) continue;
     std::vector<double> rms;
     for (size_t k : members) rms.push_back(fig[k].stats.l2() / std::sqrt(double(in.items[k].numel())));
-    std::vector<double> sorted = rms;
-    std::nth_element(sorted.begin(), sorted.begin() + long(sorted.size() / 2), sorted.end());
-    const double median = sorted[sorted.size() / 2];
+    std::vector<bool> outlier;
+    const double median = view::norm_outliers(rms, outlier);
     f.ran("norm-outlier", members.size());
     for (size_t j = 0; j < members.size(); ++j) {
-      if (!(rms[j] > 4 * median || rms[j] * 4 < median)) continue;
+      if (!outlier[j]) continue;
       const Item& it = in.items[members[j]];
       f.warn("norm-outlier", it.param,
              "RMS " + number(rms[j]) + ", its " + std::to_string(members.size() - 1) + " siblings' median " +
@@ -234,60 +202,135 @@ size_t ValueBlocks::next(std::vector<float>& fl, std::vector<double>& db) {
   const size_t n = size_t(std::min<uint64_t>(numel_ - at_, kBlock));
   if (!n) return 0;
   const size_t es = pt::element_size(item_.dtype);
-  raw_.resize(n * es);
-  if (item_.bytes.read(at_ * es, raw_.data(), raw_.size(), src_) != raw_.size())
-    throw Error(item_.stored + ": its bytes end before its " + std::to_string(numel_) + " elements", EIO);
-  read_ += raw_.size();
-  if (wide_) {
-    db.resize(n);
-    for (size_t i = 0; i < n; ++i) db[i] = pt::element_value(raw_.data() + i * es, item_.dtype);
-  } else {
+  const auto read = [&](void* to) {
+    if (item_.bytes.read(at_ * es, to, n * es, src_) != n * es)
+      throw Error(item_.stored + ": its bytes end before its " + std::to_string(numel_) + " elements", EIO);
+    read_ += n * es;
+  };
+  floats_ = nullptr;
+  last_ = n;
+  if (item_.dtype == pt::DType::F32) {  // no copy: the bytes are the floats
     fl.resize(n);
-    if (item_.dtype == pt::DType::F32)
-      std::memcpy(fl.data(), raw_.data(), raw_.size());
-    else
+    read(fl.data());
+    floats_ = &fl;
+  } else {
+    raw_.resize(n * es);
+    read(raw_.data());
+    if (wide_) {
+      db.resize(n);
+      for (size_t i = 0; i < n; ++i) db[i] = pt::element_value(raw_.data() + i * es, item_.dtype);
+    } else {
+      fl.resize(n);
       pt::convert(item_.dtype, raw_.data(), pt::DType::F32, fl.data(), n);
+    }
   }
   at_ += n;
   return n;
 }
 
-std::vector<ItemFigures> item_figures(const Input& in, Findings& f) {
+std::string_view ValueBlocks::raw() const {
+  if (floats_) return {reinterpret_cast<const char*>(floats_->data()), last_ * sizeof(float)};
+  return {raw_.data(), raw_.size()};
+}
+
+namespace {
+
+// Adds a block just read (n elements at position() - n) to an item's figures.
+void add_block(ItemFigures& x, const ValueBlocks& b, size_t n, const std::vector<float>& fl,
+               const std::vector<double>& db) {
+  const uint64_t nan = x.stats.nan, inf = x.stats.inf, at = b.position() - n;
+  if (b.wide())
+    x.stats.add(db.data(), n);
+  else
+    x.stats.add(fl.data(), n);
+  // The first index is looked for only in the block where the first one was counted.
+  for (size_t i = 0; i < n && ((x.stats.nan > nan && x.first_nan < 0) || (x.stats.inf > inf && x.first_inf < 0)); ++i) {
+    const double v = b.wide() ? db[i] : double(fl[i]);
+    if (std::isnan(v) && x.first_nan < 0) x.first_nan = int64_t(at + i);
+    if (std::isinf(v) && x.first_inf < 0) x.first_inf = int64_t(at + i);
+  }
+}
+
+// For each trainable fp32 master, the index of its 16-bit module weight when the two can be
+// compared element by element (module-matches-masters); -1 otherwise.
+std::vector<int64_t> module_of(const Input& in) {
+  std::map<std::string, size_t> master;
+  for (size_t k = 0; k < in.items.size(); ++k)
+    if (in.items[k].state == kWeight && in.items[k].trainable && in.items[k].unread.empty() && !in.items[k].value)
+      master.emplace(in.items[k].param, k);
+  std::vector<int64_t> out(in.items.size(), -1);
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& m = in.items[k];
+    if (m.state != kModule || !float_dtype(m.dtype) || !m.unread.empty() || m.value) continue;
+    const auto w = master.find(m.param);
+    if (w != master.end() && in.items[w->second].numel() == m.numel() && float_dtype(in.items[w->second].dtype))
+      out[w->second] = int64_t(k);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ItemFigures> item_figures(Input& in, Findings& f) {
   std::vector<ItemFigures> out(in.items.size());
-  std::vector<float> fl;
-  std::vector<double> db;
+  const std::vector<int64_t> module = module_of(in);
+  std::vector<bool> done(in.items.size());
+  std::vector<float> fl, mf;
+  std::vector<double> db, md;
+  std::vector<char> rounded;
   for (size_t k = 0; k < in.items.size(); ++k) {
     const Item& it = in.items[k];
     ItemFigures& x = out[k];
-    if (!it.unread.empty()) continue;
+    if (done[k] || !it.unread.empty()) continue;
     if (it.value) {
       const double v = *it.value;
       x.stats.add(&v, 1);
       x.read = true;
       continue;
     }
+    const int64_t mk = module[k];
     try {
       ValueBlocks b(it, in.files);
-      for (size_t n; (n = b.next(fl, db)) > 0;) {
-        const uint64_t nan = x.stats.nan, inf = x.stats.inf, at = b.position() - n;
-        if (b.wide())
-          x.stats.add(db.data(), n);
-        else
-          x.stats.add(fl.data(), n);
-        // The first index is looked for only in the block where the first one was counted.
-        for (size_t i = 0; i < n && ((x.stats.nan > nan && x.first_nan < 0) || (x.stats.inf > inf && x.first_inf < 0));
-             ++i) {
-          const double v = b.wide() ? db[i] : double(fl[i]);
-          if (std::isnan(v) && x.first_nan < 0) x.first_nan = int64_t(at + i);
-          if (std::isinf(v) && x.first_inf < 0) x.first_inf = int64_t(at + i);
-        }
+      if (mk < 0) {
+        for (size_t n; (n = b.next(fl, db)) > 0;) add_block(x, b, n, fl, db);
+        f.bytes_read += b.bytes_read();
+        x.read = true;
+        continue;
       }
-      f.bytes_read += b.bytes_read();
-      x.read = true;
+      // The master and its module weight in the same blocks: each read once, the module compared
+      // with the master rounded as the optimizer rounds it while both are in the cache.
+      const Item& m = in.items[size_t(mk)];
+      ItemFigures& y = out[size_t(mk)];
+      done[size_t(mk)] = true;
+      ValueBlocks bm(m, in.files);
+      const size_t es = pt::element_size(m.dtype);
+      for (size_t n; (n = b.next(fl, db)) > 0;) {
+        if (bm.next(mf, md) != n) throw Error(m.stored + ": short read", EIO);
+        add_block(x, b, n, fl, db);
+        add_block(y, bm, n, mf, md);
+        rounded.resize(n * es);
+        pt::convert(pt::DType::F32, fl.data(), m.dtype, rounded.data(), n);
+        if (std::memcmp(rounded.data(), bm.raw().data(), rounded.size()) == 0) continue;
+        const uint64_t at = b.position() - n;
+        for (size_t i = 0; i < n; ++i)
+          if (std::memcmp(rounded.data() + i * es, bm.raw().data() + i * es, es) != 0 &&
+              !(std::isnan(fl[i]) && std::isnan(mf[i]))) {
+            if (!y.not_rounded) y.first_not_rounded = at + i;
+            ++y.not_rounded;
+          }
+      }
+      f.bytes_read += b.bytes_read() + bm.bytes_read();
+      x.read = y.read = true;
+      y.master = int64_t(k);
     } catch (const Error& e) {
       f.fail("files-open", it.param + " " + it.state, e.what());
+      if (mk >= 0) {  // read on its own when its turn comes
+        done[size_t(mk)] = false;
+        out[size_t(mk)] = {};
+      }
     }
   }
+  f.bytes_read += in.files.settle_crcs(f);
   return out;
 }
 
@@ -295,7 +338,7 @@ void check_numbers(const Input& in, const std::vector<ItemFigures>& figures, Fin
   check_finite(in, figures, f);
   check_moments(in, figures, f);
   check_steps(in, figures, f);
-  check_module(in, f);
+  check_module(in, figures, f);
   check_norms(in, figures, f);
 }
 

@@ -8,15 +8,15 @@
 
 namespace zm::check {
 
-// Checks that every record of the zip that is bytes [base, base + size) of `file` (a whole .pt, or
-// a DCP item) lies inside it and holds the CRC-32 its directory records. `name` names it. Returns
-// the bytes read. A CRC of 0 over non-empty bytes is "not recorded" (zeromount's made-up files
-// without -o crc): a note, not a failure.
-uint64_t check_zip(const pt::File& file, uint64_t base, uint64_t size, const std::string& name, Findings& f);
+// Checks that every record of the zip that is bytes [base, base + size) of file `id` (a whole .pt,
+// or a DCP item) lies inside it, and has `files` expect the CRC-32 its directory records: the pass
+// computes it from the bytes it reads (FileSet::settle_crcs). `name` names it. A CRC of 0 over
+// non-empty bytes is "not recorded" (zeromount's made-up files without -o crc): a note.
+void check_zip(FileSet& files, uint32_t id, uint64_t base, uint64_t size, const std::string& name, Findings& f);
 
-// Opens a .pt file as verify does: its zip records (check_zip) and its pickle (decoded, never
-// run). nullptr, with the failure recorded, when it does not open. Adds the bytes read to `f`.
-std::unique_ptr<pt::PtFile> open_pt(const std::string& path, const std::string& name, Findings& f);
+// Opens a .pt file as verify does: its zip records (check_zip, into in.files) and its pickle
+// (decoded, never run). nullptr, with the failure recorded, when it does not open.
+std::unique_ptr<pt::PtFile> open_pt(const std::string& path, const std::string& name, Input& in, Findings& f);
 
 // Every 'step' and 'global_steps' value of a decoded pickle (an int, a float or a one-element
 // tensor), each with where it is ("name: key a.b.step"), into in.steps.

@@ -15,6 +15,8 @@
 #include "zeromount/check/verify.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/crc32.h"
+#include "zeromount/pt/dcp.h"
+#include "zeromount/pt/dcp_read.h"
 #include "zeromount/pt/pt_file.h"
 #include "zeromount/pt/zip_reader.h"
 
@@ -115,6 +117,62 @@ TEST(Verify, FlippedByteInARecordFailsItsCrc) {
   EXPECT_EQ(f.exit_code(), 2);
 }
 
+// The carry-less multiply CRC and the tables against the definition, at every length up to a few
+// folds and every alignment, and a CRC combined from two pieces (what the pass does with the parts
+// of a record it reads out of order).
+TEST(Crc32, CarrylessTablesAndCombineAgreeWithTheDefinition) {
+  const auto bitwise = [](const unsigned char* p, size_t n) {
+    uint32_t c = ~0u;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= p[i];
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    }
+    return ~c;
+  };
+  std::vector<unsigned char> b(5000);
+  uint32_t x = 12345;
+  for (auto& c : b) c = uint8_t((x = x * 1103515245u + 12345u) >> 16);
+  EXPECT_EQ(pt::crc32("123456789", 9), 0xCBF43926u);  // the check value of CRC-32/ISO-HDLC
+  for (size_t align = 0; align < 16; ++align)
+    for (size_t n = 0; n < 700; n += (n < 200 ? 1 : 7)) {
+      const uint32_t want = bitwise(b.data() + align, n);
+      ASSERT_EQ(pt::crc32(b.data() + align, n), want) << n << " bytes at " << align;
+      const size_t cut = n / 3;
+      ASSERT_EQ(
+          pt::crc32_combine(pt::crc32(b.data() + align, cut), pt::crc32(b.data() + align + cut, n - cut), n - cut),
+          want)
+          << n << " cut at " << cut;
+      ASSERT_EQ(pt::crc32(b.data() + align + cut, n - cut, pt::crc32(b.data() + align, cut)), want);
+    }
+  EXPECT_EQ(pt::crc32(b.data(), b.size()), bitwise(b.data(), b.size()));
+}
+
+// A record that no tensor is read from (the archive's version) is still read and compared, and
+// the pass reads each byte of the tag once: no more than its files hold.
+TEST(Verify, FlippedByteOutsideEveryTensorFailsItsCrcAndEachByteIsReadOnce) {
+  Crafted c("z2_ws2_fp32_pg2");
+  const Findings clean = verify(c.root);
+  uint64_t files = 0;
+  for (const auto& e : fs::directory_iterator(c.tag)) files += e.file_size();
+  EXPECT_GT(clean.bytes_read, 0u);
+  EXPECT_LE(clean.bytes_read, files) << "a byte read twice";
+  const std::string shard = c.ix->shards.at(0).path;
+  pt::File file(shard);
+  pt::ZipReader zip(file);
+  const pt::ZipEntry* version = nullptr;
+  for (const auto& e : zip.entries())
+    if (e.name.ends_with("/version") && e.compressed_size) version = &e;
+  ASSERT_NE(version, nullptr) << shard;
+  const uint64_t at = zip.data_offset(*version);
+  char byte = 0;
+  file.read_exact(at, &byte, 1, "byte");
+  byte ^= 0x04;
+  patch(shard, at, &byte, 1);
+  const Findings f = verify(c.root);
+  EXPECT_TRUE(found(f, "zip-crc", Severity::Fail)) << text(f);
+  EXPECT_NE(text(f).find("version"), std::string::npos) << text(f);
+}
+
 TEST(Verify, ZeroedExpAvgLooksReset) {
   for (const char* name : {"z2_ws2_fp32_pg2", "z3_ws2_fp32_pg2"}) {
     Crafted c(name);
@@ -204,6 +262,45 @@ TEST(Verify, TruncatedSafetensorsFailsItsLayout) {
   fs::resize_file(dir + "/model.safetensors", fs::file_size(dir + "/model.safetensors") - 8);
   const Findings f = verify(dir);
   EXPECT_TRUE(found(f, "safetensors-layout", Severity::Fail)) << text(f);
+}
+
+// A crafted `.metadata` (the fixture's own, re-written with pt::dcp::metadata) whose second chunk
+// of a row-split tensor starts a row earlier and is a row longer (the chunks overlap), or a row
+// later and a row shorter (they leave a hole): dcp-chunks fails, naming the key and what is wrong.
+TEST(Verify, DcpChunksThatOverlapOrLeaveAHoleFail) {
+  for (const int64_t shift : {-1, 1}) {
+    SCOPED_TRACE(shift < 0 ? "overlap" : "hole");
+    const std::string dir = test::temp_dir() + "/step-3";
+    test::copy_fixture("dcp/fsdp2_ws2_fp32/checkpoint/step-3", dir);
+    const auto md = pt::dcp::read_metadata(pt::File(dir + "/.metadata"));
+    std::vector<std::string> files;
+    std::vector<pt::dcp::Item> items;
+    std::string moved;
+    for (const auto& k : md.keys) {
+      pt::dcp::Item it{k.fqn, k.path, k.tensor, k.dtype, k.size, {}};
+      for (const auto& c : k.chunks) {
+        auto at = std::find(files.begin(), files.end(), c.storage.relative_path);
+        if (at == files.end()) at = files.insert(files.end(), c.storage.relative_path);
+        it.chunks.push_back({c.offsets, c.sizes, uint32_t(at - files.begin()), c.storage.offset, c.storage.length});
+      }
+      if (moved.empty() && k.tensor && k.size.size() == 2 && it.chunks.size() == 2 && it.chunks[1].offsets[0] > 1 &&
+          it.chunks[1].sizes[0] > 1) {
+        it.chunks[1].offsets[0] += shift;
+        it.chunks[1].sizes[0] -= shift;
+        moved = k.fqn;
+      }
+      items.push_back(std::move(it));
+    }
+    ASSERT_FALSE(moved.empty()) << "no 2-D tensor in two chunks of rows";
+    const std::string bytes = pt::dcp::metadata(items, files);
+    std::ofstream(dir + "/.metadata", std::ios::binary | std::ios::trunc)
+        .write(bytes.data(), std::streamsize(bytes.size()));
+    const Findings f = verify(dir);
+    EXPECT_TRUE(found(f, "dcp-chunks", Severity::Fail)) << text(f);
+    EXPECT_NE(text(f).find(moved), std::string::npos) << text(f);
+    EXPECT_NE(text(f).find(shift < 0 ? "overlap" : "leave a hole"), std::string::npos) << text(f);
+    EXPECT_EQ(f.exit_code(), 2);
+  }
 }
 
 TEST(Verify, TruncatedDcpDataFileFails) {

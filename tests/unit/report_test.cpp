@@ -325,6 +325,26 @@ TEST(ReportPages, HostileValuesKeepTheSizeAndAreShownAsSuch) {
   EXPECT_EQ(rect.find("height=\"100.0\""), std::string::npos) << rect;
 }
 
+// A tag's page shows its verify verdict (issue 42), from the page's own pass: the hostile copy's
+// NaN and inf fail "finite", by name, with the first subject; a real fixture's page passes.
+TEST(ReportPages, ACraftedBadTagShowsItsVerifyVerdict) {
+  const auto section = [](const std::string& html) {
+    const size_t from = html.find("<h2 id=\"verify\">");
+    return from == std::string::npos ? std::string() : html.substr(from, html.find("</table>", from) - from);
+  };
+  auto bad = view::View::load(hostile_copy("z2_ws2_fp32_pg2"));
+  const std::string page = section(content_of(*bad, at(*bad, "/global_step3_params/report.html")));
+  ASSERT_FALSE(page.empty()) << "no Verify section";
+  EXPECT_NE(page.find("verdict: <b class=\"b\">fail</b>"), std::string::npos) << page;
+  EXPECT_NE(page.find("<td>finite</td><td><b class=\"b\">fail</b>"), std::string::npos) << page;
+  EXPECT_NE(page.find("first: <code>fc"), std::string::npos) << page;
+  EXPECT_NE(page.find("<td>exp_avg_sq-nonnegative</td><td><b class=\"g\">pass</b>"), std::string::npos) << page;
+  auto good = view::View::load(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint");
+  const std::string clean = section(content_of(*good, at(*good, "/global_step3_params/report.html")));
+  EXPECT_NE(clean.find("verdict: <b class=\"g\">pass</b>"), std::string::npos) << clean;
+  EXPECT_EQ(clean.find("fail"), std::string::npos) << clean;
+}
+
 // Keep-last-N cleanup before anyone looked: the page is sized from what was kept (the model-state
 // file is gone, so the index's order), and a listing of the folder with its attributes works.
 TEST(ReportPages, ATagDeletedBeforeItsPageIsSizedStillListsAndStats) {

@@ -17,6 +17,12 @@
 namespace zm::check {
 
 // The files an input's tensors are read from, by id: what a VirtualFile's extents name.
+//
+// It also keeps the zip records' CRC-32s that the structure checks defer to the pass (`expect_crc`),
+// so that each byte is read once: every read through pread() adds the CRC of the bytes it brought
+// that lie in a record (they are in the cache already), and settle_crcs() combines each record's
+// pieces (pt::crc32_combine), reads only what the pass did not (pickles, padding, records no item
+// reads), and compares. Not thread-safe: one pass at a time.
 class FileSet : public pt::ExtentReader {
  public:
   // Opens `path` once (read-only); the same path again gives the same id.
@@ -24,8 +30,28 @@ class FileSet : public pt::ExtentReader {
   const pt::File& file(uint32_t id) const { return *files_.at(id); }
   void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const override;
 
+  // Bytes [offset, offset + length) of `file` (a zip record) must have CRC-32 `crc`; `subject`
+  // names the record in a finding.
+  void expect_crc(uint32_t file, uint64_t offset, uint64_t length, uint32_t crc, std::string subject);
+  // Checks every record expected so far into `f` (check zip-crc) and forgets them. Returns the
+  // bytes it had to read itself.
+  uint64_t settle_crcs(Findings& f);
+
  private:
+  struct Piece {
+    uint64_t offset, length;
+    uint32_t crc;
+  };
+  struct Record {
+    uint64_t offset, length;
+    uint32_t crc;
+    std::string subject;
+    std::vector<Piece> pieces;  // CRCs of parts read by the pass, in the order read
+  };
+  void note_read(uint32_t file, uint64_t offset, const char* buf, size_t n) const;
   std::vector<std::unique_ptr<pt::File>> files_;
+  mutable std::vector<std::vector<Record>> records_;  // per file id, sorted by offset once sorted_[id]
+  mutable std::vector<bool> sorted_;
 };
 
 // The states the checks and the diff know by role. Any other optimizer key keeps its own name.

@@ -5,6 +5,7 @@
 // step > 0, steps that disagree, 16-bit module weights that are not their masters rounded, and a
 // parameter whose norm is far from its siblings'.
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "zeromount/check/findings.h"
@@ -22,8 +23,9 @@ class ValueBlocks {
   bool wide() const { return wide_; }
   // The next block into `f` (float dtypes) or `d` (wide ones); 0 at the end.
   size_t next(std::vector<float>& f, std::vector<double>& d);
-  // The raw bytes of the block last read (for bit equality).
-  const std::vector<char>& raw() const { return raw_; }
+  // The raw bytes of the block last read (for bit equality): f32 blocks are read straight into
+  // the float block, so these are its bytes then.
+  std::string_view raw() const;
   uint64_t bytes_read() const { return read_; }
   uint64_t position() const { return at_; }  // elements read so far
 
@@ -33,19 +35,26 @@ class ValueBlocks {
   bool wide_;
   uint64_t numel_, at_ = 0, read_ = 0;
   std::vector<char> raw_;
+  const std::vector<float>* floats_ = nullptr;  // the block read in place (f32)
+  size_t last_ = 0;                             // its elements
 };
 
 struct ItemFigures {
   view::Stats stats;  // of the finite values; counts of NaN and inf
   int64_t first_nan = -1, first_inf = -1;
   bool read = false;  // false: no values (a strided view, a read that failed)
+  // A 16-bit module weight read together with its fp32 master (module-matches-masters): how many
+  // elements are not the master rounded, and the first; master < 0 when it was not compared.
+  int64_t master = -1;
+  uint64_t not_rounded = 0, first_not_rounded = 0;
 };
 
-// The pass: one ItemFigures per Input::items entry. Adds the bytes read to f.bytes_read.
-std::vector<ItemFigures> item_figures(const Input& in, Findings& f);
+// The pass: one ItemFigures per Input::items entry, each item's bytes read once (a module weight
+// in the same blocks as its master), and the zip records' CRCs settled from those reads
+// (FileSet::settle_crcs). Adds the bytes read to f.bytes_read.
+std::vector<ItemFigures> item_figures(Input& in, Findings& f);
 
-// Every number check, from the figures (and, for module-matches-masters, a second pass over the
-// module weights and their masters together).
+// Every number check, from the figures.
 void check_numbers(const Input& in, const std::vector<ItemFigures>& figures, Findings& f);
 
 // The norm rule, for --help and the docs: what `norm-outlier` flags and how it can be wrong.

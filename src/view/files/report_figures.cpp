@@ -134,6 +134,7 @@ std::shared_ptr<const TagFigures> compute_tag(const MountedTag& t, const pt::Ext
       l.update.merge(out->params[k].update);
     }
   if (const ds::StepValue* step = ix.run_step()) out->step = ds::step_number(ix, *step);
+  out->verdict = tag_verdict(ix, *out);
   out->bytes_read = bytes;
   out->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return out;

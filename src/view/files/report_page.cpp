@@ -81,6 +81,40 @@ std::string run_section(const ds::TagIndex& ix, const TagFigures* f) {
   return o + "</table>\n";
 }
 
+// verify's checks that this page's pass answers (report_verdict.h), each with a fixed width: the
+// result in 4 characters, counts in the digits of the most there can be, the first subject padded
+// to the longest a parameter's name and state can be.
+// `s` then spaces to `width` (a name reads from the left; fit() right-aligns numbers).
+std::string left(std::string s, size_t width) {
+  const size_t n = s.size();
+  return fit(std::move(s), width).substr(width - n) + std::string(width - n, ' ');
+}
+
+std::string verify_section(const ds::TagIndex& ix, const TagFigures* f) {
+  size_t name_width = 0;
+  for (const auto& p : ix.params) name_width = std::max(name_width, escape(p.name).size());
+  const size_t subject_width =
+      name_width + 1 + std::max<size_t>(10, ix.state_names.empty() ? 0 : escape(ix.state_names.front()).size());
+  const size_t cw = html::digits(3 * ix.params.size());
+  const Verdict* v = f ? &f->verdict : nullptr;
+  const auto result = [](uint8_t r) {
+    return "<b class=\"" + std::string(html::flag(r >= 2)) + "\">" + result_name(r) + "</b>";
+  };
+  std::string o = "<h2 id=\"verify\">Verify</h2>\n<p class=\"note\">verdict: " +
+                  (v ? result(v->worst()) : "<b class=\"g\">" + fit("", 4) + "</b>") +
+                  ", from this page's pass by <code>zeromount verify</code>'s rules and names; the checks that need "
+                  "other bytes (zip-crc, module-matches-masters, step-agrees, latest, files-open) are left to "
+                  "<code>zeromount verify</code>.</p>\n<table class=\"kv\">\n";
+  for (size_t k = 0; k < std::size(kPageChecks); ++k) {
+    const PageCheck* c = v && k < v->checks.size() ? &v->checks[k] : nullptr;
+    o += row(kPageChecks[k], (c ? result(c->result) : "<b class=\"g\">" + fit("", 4) + "</b>") + " " +
+                                 html::count(c ? c->findings : 0, cw) + " of " + html::count(c ? c->subjects : 0, cw) +
+                                 " found wrong; first: <code>" + left(c ? escape(c->first) : "", subject_width) +
+                                 "</code>");
+  }
+  return o + "</table>\n";
+}
+
 constexpr size_t kAxisLabel = 64;  // px left of the bars for the value axis' labels
 
 // A value as an axis shows it: "%.3g" in at most 10 characters, "-" when not finite.
@@ -282,7 +316,8 @@ std::string tag_report(const MountedTag& t, const TagFigures* figures) {
       "<h1>Report of <code>" + escape(ix.tag) + "</code></h1>\n<p class=\"note\">Made up by " +
       "zeromount from the shards of this tag: nothing here is stored. <a href=\"#run\">Run</a> &middot; " +
       "<a href=\"#layers\">Layers</a> &middot; <a href=\"#params\">Parameters</a> &middot; " +
-      "<a href=\"#cost\">Cost</a></p>\n" + run_section(ix, figures);
+      "<a href=\"#verify\">Verify</a> &middot; <a href=\"#cost\">Cost</a></p>\n" + run_section(ix, figures) +
+      verify_section(ix, figures);
   body += "<h2 id=\"layers\">Layers</h2>\n";
   if (!layers.empty()) {
     body += layer_chart(layers, "Weight norm (L2 of the finite fp32 values)", false, figures);

@@ -19,22 +19,30 @@ namespace {
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-// Two doubles as one value (GCC's vector extension, which clang shares): one SSE2 register on
-// baseline x86-64, so a block's sums advance two elements per instruction; two sets of lanes keep
-// four elements in flight. Selections are written `c ? a : b`, which both compilers keep in vector
-// registers.
+// Two (four) doubles as one value (GCC's vector extension, which clang shares): D2 is one SSE2
+// register on baseline x86-64; D4 is two there and one AVX register in the AVX2 clone of
+// Stats::add (target_clones: the same operations in the same order, so the same bits either way).
+// Two sets of lanes keep more elements in flight. Selections are written `c ? a : b`, which both
+// compilers keep in vector registers.
 using D2 = double __attribute__((vector_size(16)));
 using F2 = float __attribute__((vector_size(8)));
-using M2 = decltype(D2{} < D2{});  // a comparison's lanes: -1 where true
+using D4 = double __attribute__((vector_size(32)));
+using F4 = float __attribute__((vector_size(16)));
 
-D2 load2(const float* x) {
+[[gnu::always_inline]] inline D2 load2(const float* x) {
   F2 f;
   std::memcpy(&f, x, sizeof f);
   return __builtin_convertvector(f, D2);
 }
 
-D2 load2(const double* x) {
-  D2 d;
+[[gnu::always_inline]] inline D4 load4(const float* x) {
+  F4 f;
+  std::memcpy(&f, x, sizeof f);
+  return __builtin_convertvector(f, D4);
+}
+
+[[gnu::always_inline]] inline D4 load4(const double* x) {
+  D4 d;
   std::memcpy(&d, x, sizeof d);
   return d;
 }
@@ -42,33 +50,46 @@ D2 load2(const double* x) {
 // The statistics of a block whose values are all finite, in one pass: lanes of independent sums,
 // the moments taken about a shift (the block's first value) so that a large mean does not cancel
 // the variance: m2 = sum(d^2) - sum(d)^2 / n with d = x - shift, exact to rounding while the
-// shift lies within a few deviations of the mean. It counts the finite values as it goes; a block
-// with any other (NaN, inf: rare) is computed again by careful().
+// shift lies within a few deviations of the mean. A NaN or inf makes the sum of squares NaN or inf
+// (so does a finite double beyond 1e154, squared), and such a block (rare) is computed again by
+// careful(): nothing is counted per value. V is D2 or D4: 2W values a step.
+template <typename V>
 class FiniteBlock {
  public:
-  explicit FiniteBlock(double shift) : shift_{shift, shift} {}
-  void add(D2 a, D2 b) {  // four values
+  static constexpr size_t W = sizeof(V) / sizeof(double);
+  explicit FiniteBlock(double shift) {
+    for (size_t j = 0; j < W; ++j) shift_[j] = shift;
+  }
+  [[gnu::always_inline]] void add(V a, V b) {  // 2W values
     lanes_[0].add(a, shift_);
     lanes_[1].add(b, shift_);
   }
-  // The last count % 4 values, padded with the shift (which moves no moment, min or max: it is a
+  // The last count % 2W values, padded with the shift (which moves no moment, min or max: it is a
   // value of the block), whose square and count stats() takes back out.
   template <typename T>
-  void add_tail(const T* x, size_t n) {
+  [[gnu::always_inline]] void add_tail(const T* x, size_t n) {
     if (!n) return;
-    double t[4] = {shift_[0], shift_[0], shift_[0], shift_[0]};
-    for (size_t j = 0; j < n; ++j) t[j] = double(x[j]);
-    padding_ = 4 - n;
-    add(D2{t[0], t[1]}, D2{t[2], t[3]});
+    V a, b;
+    for (size_t j = 0; j < W; ++j) {
+      a[j] = j < n ? double(x[j]) : shift_[0];
+      b[j] = W + j < n ? double(x[W + j]) : shift_[0];
+    }
+    padding_ = 2 * W - n;
+    add(a, b);
   }
-  bool all_finite(size_t count) const { return counted() == count + padding_; }
-  Stats stats() const {  // when all_finite()
+  bool all_finite() const {
+    double s = 0;
+    for (const Lane& l : lanes_)
+      for (size_t j = 0; j < W; ++j) s += l.sumsq[j];
+    return std::isfinite(s);
+  }
+  Stats stats(size_t count) const {  // of the `count` values added, when all_finite()
     Stats b;
-    b.n = counted() - padding_;
+    b.n = count;
     if (!b.n) return b;
     double s1 = 0, s2 = 0;
     for (const Lane& l : lanes_)
-      for (int j = 0; j < 2; ++j) {
+      for (size_t j = 0; j < W; ++j) {
         b.sumsq += l.sumsq[j];
         s1 += l.d1[j];
         s2 += l.d2[j];
@@ -83,22 +104,17 @@ class FiniteBlock {
 
  private:
   struct Lane {
-    D2 lo{INFINITY, INFINITY}, hi{-INFINITY, -INFINITY}, sumsq{}, d1{}, d2{};
-    M2 finite{};  // minus the count of finite values
-    void add(D2 v, D2 shift) {
-      const D2 d = v - shift;
+    V lo = V{} + INFINITY, hi = V{} - INFINITY, sumsq{}, d1{}, d2{};
+    [[gnu::always_inline]] void add(V v, V shift) {
+      const V d = v - shift;
       sumsq += v * v;
       d1 += d;
       d2 += d * d;
       lo = v < lo ? v : lo;
       hi = v > hi ? v : hi;
-      finite += (v - v == 0.0);  // v - v is NaN for NaN and inf
     }
   };
-  uint64_t counted() const {
-    return uint64_t(-(lanes_[0].finite[0] + lanes_[0].finite[1] + lanes_[1].finite[0] + lanes_[1].finite[1]));
-  }
-  D2 shift_;
+  V shift_;
   Lane lanes_[2];
   size_t padding_ = 0;
 };
@@ -130,13 +146,13 @@ Stats careful(size_t count, const Value& value) {
 }
 
 template <typename T>
-void add_block(Stats& s, const T* x, size_t count) {
+[[gnu::always_inline]] inline void add_block(Stats& s, const T* x, size_t count) {
   if (!count) return;
-  FiniteBlock lanes{double(x[0])};
+  FiniteBlock<D4> lanes{double(x[0])};
   size_t k = 0;
-  for (; k + 4 <= count; k += 4) lanes.add(load2(x + k), load2(x + k + 2));
+  for (; k + 8 <= count; k += 8) lanes.add(load4(x + k), load4(x + k + 4));
   lanes.add_tail(x + k, count - k);
-  s.merge(lanes.all_finite(count) ? lanes.stats() : careful(count, [x](size_t j) { return double(x[j]); }));
+  s.merge(lanes.all_finite() ? lanes.stats(count) : careful(count, [x](size_t j) { return double(x[j]); }));
 }
 
 double update_size(double m, double v, double eps) {
@@ -151,11 +167,18 @@ std::string stat_text(double v) {
   return b;
 }
 
-void Stats::add(const float* x, size_t count) {
+// The one hot loop of verify and the report pages: an AVX2 clone where the CPU has it.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ZM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ZM_CLONES
+#endif
+
+ZM_CLONES void Stats::add(const float* x, size_t count) {
   add_block(*this, x, count);
 }
 
-void Stats::add(const double* x, size_t count) {
+ZM_CLONES void Stats::add(const double* x, size_t count) {
   add_block(*this, x, count);
 }
 
@@ -172,7 +195,7 @@ void add_update_sizes(Stats& stats, const float* m, const float* v, double eps, 
     std::memcpy(out + k, &f, sizeof f);
   };
   auto one = [=](size_t k) { return update_size(double(m[k]), double(v[k]), eps); };
-  FiniteBlock lanes{one(0)};
+  FiniteBlock<D2> lanes{one(0)};
   size_t k = 0;
   for (; k + 4 <= count; k += 4) {
     const D2 a = two(k, m, v), b = two(k + 2, m, v);
@@ -183,7 +206,7 @@ void add_update_sizes(Stats& stats, const float* m, const float* v, double eps, 
   double tail[4];
   for (size_t j = 0; k + j < count; ++j) out[k + j] = float(tail[j] = one(k + j));
   lanes.add_tail(tail, count - k);
-  stats.merge(lanes.all_finite(count) ? lanes.stats() : careful(count, one));
+  stats.merge(lanes.all_finite() ? lanes.stats(count) : careful(count, one));
 }
 
 void Stats::merge(const Stats& o) {

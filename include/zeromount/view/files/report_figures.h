@@ -11,6 +11,7 @@
 
 #include "zeromount/ds/tag_index.h"
 #include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/files/report_verdict.h"
 #include "zeromount/view/files/stats.h"
 #include "zeromount/view/mounted_tag.h"
 
@@ -59,6 +60,7 @@ struct TagFigures {
   double step = NAN;                 // group 0's step, if the optimizer keeps one
   uint64_t bytes_read = 0;
   double seconds = 0;  // the pass's wall time
+  Verdict verdict;     // verify's checks that these figures answer (report_verdict.h)
 };
 
 // The layers of a tag in module order (MountedTag::module_order: one model-state pickle, read
