@@ -1,7 +1,7 @@
 #pragma once
 // Reading a safetensors file's header (and a sharded folder's index) for checks: the JSON is parsed
-// by a small reader of our own that keeps strings, numbers, arrays and objects only, bounded in
-// depth and size, so that a damaged header is refused by name, never trusted.
+// by nlohmann::json (bounded in size: the safetensors crate's 100 MB), so that a damaged header is
+// refused by name, never trusted.
 #include <cstdint>
 #include <string>
 #include <utility>

@@ -399,7 +399,8 @@ std::vector<SavedTensor> saved_layout(const Conversion& c, const std::vector<Run
     slot->second.push_back(whole(view_of(k)));
   }
   std::vector<SavedTensor> result;
-  for (auto [is_bucket, at] : order) {
+  for (const auto& [is_bucket, at_] : order) {
+    const auto at = at_;  // a lambda below takes it: clang 14 cannot capture a structured binding
     if (!is_bucket) {
       result.push_back(std::move(out[at]));
       continue;
