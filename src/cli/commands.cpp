@@ -321,10 +321,14 @@ int mount(const MountOptions& o) {
   if (const std::string kind = ds::network_filesystem(o.source); !kind.empty()) {
     if (!o.rescan_given) vo.rescan_seconds = kNetworkRescanSeconds;
     vo.network_source = true;
+    vo.source_timeout_seconds = o.source_timeout_seconds >= 0 ? o.source_timeout_seconds : kNetworkSourceTimeout;
     spdlog::info(
         "{}: on {} (a network filesystem or object-storage client): new tags and a rewritten latest are "
-        "looked for at most every {:g} s (-o rescan=S sets it)",
-        o.source, kind, vo.rescan_seconds);
+        "looked for at most every {:g} s (-o rescan=S sets it), off the request path; a read it does not "
+        "answer in {:g} s fails with EIO (-o source_timeout=S)",
+        o.source, kind, vo.rescan_seconds, vo.source_timeout_seconds);
+  } else if (o.source_timeout_seconds > 0) {
+    vo.source_timeout_seconds = o.source_timeout_seconds;  // asked for: a local NFS not recognised, say
   }
   vo.crc = o.crc;
   vo.report = o.report;
@@ -359,6 +363,10 @@ int mount(const MountOptions& o) {
     if (c == ',') c = '_';  // a comma would end the -o value
   cfg.options = o.fuse_opts;
   cfg.threads = o.threads;
+  // On a network source a read may wait for its deadline (-o source_timeout) while the backend is
+  // gone; libfuse's 10 workers could all be such reads, and `ls` of the mount would wait behind
+  // them. Idle workers cost a stack each.
+  if (!cfg.threads && vo.network_source) cfg.threads = kNetworkFuseThreads;
   cfg.debug = o.debug;
   // A run folder (a Trainer's output_dir) has no tags of its own: its checkpoint folders are filled
   // when first listed, so counts of tags would say nothing yet.

@@ -48,6 +48,12 @@ int diff(const std::string& a, const std::string& b, const DiffArgs& d, bool jso
 
 // The rescan period on a network filesystem or object-storage client, unless -o rescan=S is given.
 constexpr double kNetworkRescanSeconds = 60;
+// How long a read of a network source may wait below before the request fails with EIO, unless
+// -o source_timeout=S is given: under the 30 s a reader should wait for an answer (issue 40), above
+// what a range request of a live backend takes.
+constexpr double kNetworkSourceTimeout = 20;
+// FUSE worker threads on a network source, unless --threads is given (libfuse's default is 10).
+constexpr unsigned kNetworkFuseThreads = 64;
 
 struct MountOptions {
   std::string source, mountpoint;
@@ -65,11 +71,12 @@ struct MountOptions {
   std::string layouts_dir = "layouts";                  // -o layouts_dir=NAME
   double rescan_seconds = 1.0;                          // -o rescan=S: new tags at most this often; 0: never
   bool rescan_given = false;                            // -o rescan=S was given (else a network SRC gets 60)
-  bool crc = false;                                     // -o crc: real CRC-32s in made-up .pt files
-  uint64_t max_shard_bytes = 5'000'000'000;             // -o max_shard_size: consolidated weights' shards
-  bool report = true;                                   // -o report=off: no report pages
-  bool weights_saved_names = true;                      // -o weights_names=saved|runtime
-  uint64_t cache_bytes = 16u << 20;                     // -o cache=BYTES: built files' headers kept
+  double source_timeout_seconds = -1;        // -o source_timeout=S; unset: kNetworkSourceTimeout on a network SRC
+  bool crc = false;                          // -o crc: real CRC-32s in made-up .pt files
+  uint64_t max_shard_bytes = 5'000'000'000;  // -o max_shard_size: consolidated weights' shards
+  bool report = true;                        // -o report=off: no report pages
+  bool weights_saved_names = true;           // -o weights_names=saved|runtime
+  uint64_t cache_bytes = 16u << 20;          // -o cache=BYTES: built files' headers kept
 };
 int mount(const MountOptions& opts);
 

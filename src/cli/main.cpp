@@ -30,9 +30,20 @@ std::vector<std::string> split_opts(const std::vector<std::string>& raw) {
   return out;
 }
 
-// -o layouts=a,b, layouts_dir=NAME, rescan=S, max_shard_size=N, weights_names=W, cache=BYTES, report=off and crc
-// are zeromount's, not libfuse's. The comma that splits -o values also splits the preset list, so the items after
-// layouts= that are layout names (which no libfuse option is) belong to it.
+// -o layouts=a,b, layouts_dir=NAME, rescan=S, source_timeout=S, max_shard_size=N, weights_names=W, cache=BYTES,
+// report=off and crc are zeromount's, not libfuse's. The comma that splits -o values also splits the preset list, so
+// the items after layouts= that are layout names (which no libfuse option is) belong to it. NAME=S, a number of seconds
+// from 0 to a day.
+double seconds_option(const std::string& o) {
+  const size_t eq = o.find('=');
+  char* end = nullptr;
+  const double s = std::strtod(o.c_str() + eq + 1, &end);
+  if (eq + 1 == o.size() || *end || !(s >= 0) || s > 86400)
+    throw zm::cli::UsageError("-o " + o.substr(0, eq) + ": '" + o.substr(eq + 1) +
+                              "' is not a number of seconds (0 to 86400)");
+  return s;
+}
+
 std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm::cli::MountOptions& m) {
   using zm::cli::UsageError;
   std::vector<std::string> rest;
@@ -54,11 +65,11 @@ std::vector<std::string> take_own_opts(const std::vector<std::string>& opts, zm:
       m.weights_saved_names = o == "weights_names=saved";
     } else if (o.starts_with("rescan=")) {
       in_list = false;
-      char* end = nullptr;
-      m.rescan_seconds = std::strtod(o.c_str() + 7, &end);
+      m.rescan_seconds = seconds_option(o);
       m.rescan_given = true;
-      if (o.size() == 7 || *end || !(m.rescan_seconds >= 0) || m.rescan_seconds > 86400)
-        throw UsageError("-o rescan: '" + o.substr(7) + "' is not a number of seconds (0 to 86400)");
+    } else if (o.starts_with("source_timeout=")) {
+      in_list = false;
+      m.source_timeout_seconds = seconds_option(o);
     } else if (o.starts_with("max_shard_size=")) {
       in_list = false;
       try {
@@ -114,7 +125,8 @@ int main(int argc, char** argv) {
   app.add_option("mountpoint", m.mountpoint, "where to mount the view");
   app.add_option(
          "-o", raw_opts,
-         "mount options (comma separated): zeromount's layouts=a,b layouts_dir=NAME rescan=S "
+         "mount options (comma separated): zeromount's layouts=a,b layouts_dir=NAME rescan=S source_timeout=S (a "
+         "network source's reads fail with EIO past it, default 20) "
          "max_shard_size=SIZE (weights folders' shards, default 5GB) weights_names=saved|runtime (weights folders' "
          "tensor names: as save_pretrained writes them, the default, or as the run had them) cache=BYTES (built "
          "files' headers kept, default 16 MiB) crc report=off (no report pages); libfuse's "

@@ -15,10 +15,10 @@
 #include <type_traits>
 
 #include "zeromount/ds/checkpoint.h"
-#include "zeromount/ds/dcp_source.h"
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/source_fs.h"
 #include "zeromount/ds/source_path.h"
+#include "zeromount/ds/sources.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pickle_reader.h"
 #include "zeromount/pt/pickle_writer.h"
@@ -345,8 +345,8 @@ std::unique_ptr<TagIndex> index_tag_cached(const std::string& tag_dir, bool* hit
   const std::string cache = index_cache_dir();
   if (cache.empty()) return index_tag(tag_dir, tp_strict);
   const std::string dir = resolve(fs::absolute(tag_dir).lexically_normal().string());
-  // A DCP tag's index is its .metadata and its items' headers: nothing a cache would save.
-  if (is_dcp_tag(open_dir(dir))) return index_tag(dir, tp_strict);
+  if (const SourceReader* reader = reader_of(open_dir(dir)); reader && !reader->cached)
+    return reader->index(dir, tp_strict);
   const std::string entry = entry_path(cache, dir, tp_strict);
   try {
     std::ifstream in(entry, std::ios::binary);

@@ -8,8 +8,8 @@ namespace zm::ds {
 
 const std::vector<SourceReader>& source_readers() {
   static const std::vector<SourceReader> all = {
-      {"deepspeed", holds_optim_states, index_deepspeed},
-      {"dcp", is_dcp_tag, [](const std::string& dir, bool) { return index_dcp(dir); }},
+      {"deepspeed", holds_optim_states, index_deepspeed, true},
+      {"dcp", is_dcp_tag, [](const std::string& dir, bool) { return index_dcp(dir); }, false},
   };
   return all;
 }

@@ -386,6 +386,12 @@ Rows fsdp_rows(int64_t rows, int world, int rank) {
   return {first, std::min<int64_t>(each, rows - first)};
 }
 
+int fsdp_ranks_with_rows(int64_t rows, int world) {
+  if (rows <= 0 || world <= 1) return 1;
+  const int64_t each = (rows + world - 1) / world;
+  return int((rows + each - 1) / each);
+}
+
 std::string data_file_name(int rank) {
   return "__" + std::to_string(rank) + "_0.distcp";
 }

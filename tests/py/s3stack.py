@@ -77,9 +77,10 @@ class Server:
         self.port = None
         self.start()
 
-    def start(self):
+    def start(self, port=0):
+        """Starts it on a free port, or on `port` (the one it had: the end of an outage)."""
         out = open(os.path.join(os.path.dirname(self.log), "s3rver.out"), "ab")
-        self.proc = subprocess.Popen(["node", SERVER_JS, self.dir, self.log, BUCKET], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(["node", SERVER_JS, self.dir, self.log, BUCKET, str(port)], stdout=subprocess.PIPE,
                                      stderr=out, start_new_session=True)
         line = b""
         deadline = time.monotonic() + 30

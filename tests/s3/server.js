@@ -2,16 +2,18 @@
 // JSON line per request in LOG: what the client asked for and how many body bytes were written to
 // it (an aborted range GET counts what was sent before the client hung up, not the range asked).
 //
-//   node tests/s3/server.js DIR LOG [BUCKET]    prints "port N" on stdout once it listens
+//   node tests/s3/server.js DIR LOG [BUCKET [PORT]]    prints "port N" on stdout once it listens
+//
+// PORT (default: a free one) starts it again where a client already points (an outage that ends).
 //
 // s3rver's own log rounds sizes ("6.67kb") and omits the method, so it cannot be summed.
 'use strict';
 const fs = require('fs');
 const S3rver = require('s3rver');
 
-const [dir, log, bucket = 'ckpt'] = process.argv.slice(2);
+const [dir, log, bucket = 'ckpt', port = '0'] = process.argv.slice(2);
 if (!dir || !log) {
-  process.stderr.write('usage: node server.js DIR LOG [BUCKET]\n');
+  process.stderr.write('usage: node server.js DIR LOG [BUCKET [PORT]]\n');
   process.exit(2);
 }
 const out = fs.openSync(log, 'a');
@@ -47,7 +49,7 @@ function counted(req, res) {
 const server = new S3rver({
   directory: dir,
   address: '127.0.0.1',
-  port: 0,
+  port: Number(port),
   silent: true,
   configureBuckets: [{ name: bucket }],
 });

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "dcp_synthetic.h"
 #include "helpers.h"
 #include "zeromount/pt/dcp.h"
 #include "zeromount/pt/pickle_reader.h"
@@ -11,72 +12,36 @@
 namespace zm::pt::dcp {
 namespace {
 
-// `tensors` tensors of `rows` rows of 3 columns, each cut in `world` row chunks (chunk r in file
-// r), and one bytes item: what an FSDP2 save of many parameters at `world` ranks names.
-class Synthetic final : public MetadataSource {
- public:
-  Synthetic(size_t tensors, int64_t rows, int world) : tensors_(tensors), rows_(rows), world_(world) {}
-  size_t items() const override { return tensors_ + 1; }
-  void item(size_t i, Item& out, size_t& chunk_count) const override {
-    if (i == tensors_) {
-      out.fqn = "optimizer.param_groups.0.lr";
-      out.path = {"optimizer", "param_groups", int64_t(0), "lr"};
-      out.tensor = false;
-      out.size.clear();
-      chunk_count = 1;
-      return;
-    }
-    out.fqn = "optimizer.state.layers." + std::to_string(i) + ".weight.exp_avg";
-    out.path = {"optimizer", "state", "layers." + std::to_string(i) + ".weight", "exp_avg"};
-    out.tensor = true;
-    out.dtype = DType::F32;
-    out.size = {rows_, 3};
-    chunk_count = size_t(world_);
-  }
-  void chunk(size_t i, size_t k, Chunk& out) const override {
-    if (i == tensors_) {
-      out = Chunk{{}, {}, 0, 7, 1261};
-      return;
-    }
-    const Rows r = fsdp_rows(rows_, world_, int(k));
-    out.offsets = {r.first, 0};
-    out.sizes = {r.n, 3};
-    out.file = uint32_t(k);
-    out.offset = i * 1000;
-    out.length = 1000;
-  }
-  size_t files() const override { return size_t(world_); }
-  std::string file_name(size_t k) const override { return data_file_name(int(k)); }
-
-  std::vector<Item> held() const {  // the same items, held whole
-    std::vector<Item> out(items());
-    for (size_t i = 0; i < out.size(); ++i) {
-      size_t n = 0;
-      item(i, out[i], n);
-      out[i].chunks.resize(n);
-      for (size_t k = 0; k < n; ++k) chunk(i, k, out[i].chunks[k]);
-    }
-    return out;
-  }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (size_t k = 0; k < files(); ++k) out.push_back(file_name(k));
-    return out;
-  }
-
- private:
-  size_t tensors_;
-  int64_t rows_;
-  int world_;
-};
+// An FSDP2 save of `tensors` parameters of `rows` x 3 at `world` ranks, and one bytes item.
+test::RowChunks synthetic(size_t tensors, int64_t rows, int world) {
+  return test::RowChunks({.tensors = tensors, .rows = rows, .cols = 3, .world = world, .lr_item = true});
+}
 
 class NoFiles final : public ExtentReader {
  public:
   void pread(uint32_t, uint64_t, void*, size_t) const override { throw std::runtime_error("no file is read"); }
 };
 
+TEST(FsdpRows, RanksWithRowsAreTorchChunks) {
+  // torch.chunk(torch.arange(rows), world): 37 rows at 3 ranks are 13/13/11 and 7 are 3/3/1 (the
+  // DCP fixtures' README); 5 at 4 are 2/2/1 and a fourth rank gets none; 10 at 8 are five chunks of 2.
+  EXPECT_EQ(fsdp_ranks_with_rows(37, 3), 3);
+  EXPECT_EQ(fsdp_ranks_with_rows(7, 3), 3);
+  EXPECT_EQ(fsdp_ranks_with_rows(5, 4), 3);
+  EXPECT_EQ(fsdp_ranks_with_rows(10, 8), 5);
+  EXPECT_EQ(fsdp_ranks_with_rows(1, 64), 1);
+  EXPECT_EQ(fsdp_ranks_with_rows(0, 4), 1) << "a tensor of no rows is one empty chunk";
+  for (const auto& [rows, world] : {std::pair{5, 4}, {10, 8}, {37, 3}}) {
+    const int n = fsdp_ranks_with_rows(rows, world);
+    EXPECT_GT(fsdp_rows(rows, world, n - 1).n, 0);
+    if (n < world) {
+      EXPECT_EQ(fsdp_rows(rows, world, n).n, 0);
+    }
+  }
+}
+
 TEST(DcpMetadata, BlocksReadAsTheWholeFileAtAnyRange) {
-  auto src = std::make_shared<Synthetic>(300, 64, 16);  // 4,800 chunks: about 20 blocks
+  auto src = std::make_shared<test::RowChunks>(synthetic(300, 64, 16));  // 4,800 chunks: about 20 blocks
   const std::string whole = metadata(src->held(), src->names());
   const MetadataLayout layout = layout_metadata(*src);
   ASSERT_EQ(layout.size, whole.size());
@@ -97,7 +62,7 @@ TEST(DcpMetadata, BlocksReadAsTheWholeFileAtAnyRange) {
 }
 
 TEST(DcpMetadata, DecodesAsTorchsMetadataWithEveryChunkStored) {
-  const Synthetic src(5, 10, 3);
+  const test::RowChunks src = synthetic(5, 10, 3);
   const std::string bytes = metadata(src.held(), src.names());
   Arena a;
   const Node* root = decode_pickle(bytes, a, ".metadata", nullptr);

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "helpers.h"
@@ -139,6 +141,29 @@ TEST(LiveFolder, LatestNamesTheTagDeepSpeedWouldRead) {
   EXPECT_EQ(ds::read_latest(f.src), std::nullopt) << "not DeepSpeed's: larger than any tag name";
   test::write_file(f.src + "/latest", std::string(kTag) + "\n");
   EXPECT_EQ(ds::scan_checkpoint(f.src).latest, kTag);
+}
+
+TEST(LiveFolder, NetworkSourceRescansOffTheRequestPath) {
+  // The rescan and the read of `latest` run on the View's rescan thread (issue 40); a source that
+  // answers does within the moment a request waits, so what it finds is seen as on a local disk
+  // (or, on a machine too busy for that moment, by one of the next looks).
+  LiveFolder f;
+  view::ViewOptions o;
+  o.rescan_seconds = 1e-9;
+  o.network_source = true;
+  auto v = view::View::load(f.src, o);
+  EXPECT_EQ(content_of(*v, at(*v, "/latest")), test::read_file(f.src + "/latest"));
+  f.save("global_step5");
+  test::write_file(f.src + "/latest", "global_step5");
+  const auto eventually = [](const std::function<bool()>& seen) {
+    for (int k = 0; k < 1000; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(10)))
+      if (seen()) return true;
+    return false;
+  };
+  EXPECT_TRUE(eventually([&] { return find(*v, "/global_step5_universal") != nullptr; }));
+  EXPECT_TRUE(eventually([&] { return content_of(*v, at(*v, "/latest")) == "global_step5"; }));
+  EXPECT_EQ(content_of(*v, at(*v, "/global_step5/" + rank_file(1))),
+            test::read_file(f.src + "/global_step5/" + rank_file(1)));
 }
 
 TEST(LiveFolder, RescanZeroServesTheMountTimeTags) {

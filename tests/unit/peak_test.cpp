@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "dcp_synthetic.h"
 #include "zeromount/pt/dcp.h"
 
 namespace {
@@ -63,36 +64,15 @@ namespace {
 
 // `tensors` tensors of 2,000 rows cut at `world` ranks, made on demand: a folder of many chunks
 // that no test could hold as items.
-class ManyChunks final : public MetadataSource {
- public:
-  ManyChunks(size_t tensors, int world) : tensors_(tensors), world_(world) {}
-  size_t items() const override { return tensors_; }
-  void item(size_t i, Item& out, size_t& chunk_count) const override {
-    out.fqn = "optimizer.state.layers." + std::to_string(i) + ".weight.exp_avg_sq";
-    out.path = {"optimizer", "state", "layers." + std::to_string(i) + ".weight", "exp_avg_sq"};
-    out.size = {2000, 2};
-    chunk_count = size_t(std::min(world_, 2000));
-  }
-  void chunk(size_t i, size_t k, Chunk& out) const override {
-    const Rows r = fsdp_rows(2000, world_, int(k));
-    out.offsets = {r.first, 0};
-    out.sizes = {r.n, 2};
-    out.file = uint32_t(k);
-    out.offset = i * 1200;
-    out.length = 1200;
-  }
-  size_t files() const override { return size_t(world_); }
-  std::string file_name(size_t k) const override { return data_file_name(int(k)); }
-
- private:
-  size_t tensors_;
-  int world_;
-};
+test::RowChunks many_chunks(size_t tensors, int world) {
+  return test::RowChunks(
+      {.tensors = tensors, .rows = 2000, .cols = 2, .world = world, .state = "exp_avg_sq", .length = 1200});
+}
 
 TEST(MetadataPeak, LayingOutMillionsOfChunksHoldsABlockNotTheChunks) {
   // 100 tensors at 1,000 and at 10,000 ranks: 100,000 and 200,000 chunks, .metadata of tens of MB.
   for (const int world : {1000, 10000}) {
-    const ManyChunks src(100, world);
+    const test::RowChunks src = many_chunks(100, world);
     MetadataLayout layout;
     const int64_t peak = peak_of([&] { layout = layout_metadata(src); });
     const uint64_t chunks = 100 * uint64_t(std::min(world, 2000));
@@ -105,7 +85,7 @@ TEST(MetadataPeak, LayingOutMillionsOfChunksHoldsABlockNotTheChunks) {
 }
 
 TEST(MetadataPeak, ReadingABlockHoldsTheBlock) {
-  auto src = std::make_shared<ManyChunks>(100, 2000);
+  auto src = std::make_shared<test::RowChunks>(many_chunks(100, 2000));
   const MetadataLayout layout = layout_metadata(*src);
   const VirtualFile f = metadata_file(src, layout);
   std::string buf(1 << 20, '\0');

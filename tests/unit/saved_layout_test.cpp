@@ -80,6 +80,14 @@ TEST(SavedLayout, WhatKeepsRunTimeNames) {
   EXPECT_NE(vl.reason.find("check_dims"), std::string::npos) << vl.reason;
   // a composite model: its text_config is a sub-model the table knows
   EXPECT_FALSE(choose_conversion(R"({"model_type": "x", "text_config": {"model_type": "mixtral"}})").saved());
+  // and one whose sub-models the table does not know: Llava's saved names come from an entry scoped
+  // to its inner model (the Trainer saves language_model.model.*, the root entry alone gave
+  // language_model.*: neither name), so it keeps the run-time names
+  const Conversion llava = choose_conversion(
+      R"({"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+          "text_config": {"model_type": "llama"}, "vision_config": {"model_type": "clip_vision_model"}})");
+  EXPECT_FALSE(llava.saved());
+  EXPECT_NE(llava.reason.find("text_config is a sub-model ('llama')"), std::string::npos) << llava.reason;
   EXPECT_EQ(conversions_version(), "5.12.1");
   // an unconverted run-time tensor keeps its name and is one whole view
   Conversion none = choose_conversion("");

@@ -19,6 +19,9 @@ struct SourceReader {
   bool (*is_tag)(const Dir& dir);
   // Indexes the tag folder; throws zm::Error naming the file (and key) when it cannot be shown.
   std::unique_ptr<TagIndex> (*index)(const std::string& tag_dir, bool tp_strict);
+  // Whether the index cache keeps its indexes (index_cache.h): DeepSpeed's decode every rank's
+  // pickle; a DCP tag's index is its .metadata and its items' headers, nothing a cache would save.
+  bool cached;
 };
 
 const std::vector<SourceReader>& source_readers();

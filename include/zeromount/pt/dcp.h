@@ -80,6 +80,8 @@ struct Rows {
   int64_t first = 0, n = 0;
 };
 Rows fsdp_rows(int64_t rows, int world, int rank);
+// How many ranks get rows by that rule: the chunks FSDP2 saves of such a tensor (1 for no rows).
+int fsdp_ranks_with_rows(int64_t rows, int world);
 
 // Data file names as torch's FileSystemWriter makes them: "__<rank>_0.distcp", and the rank such
 // a name holds (digits without a leading zero), else nullopt.

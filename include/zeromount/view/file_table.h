@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -18,6 +19,7 @@
 
 #include "zeromount/pt/file.h"
 #include "zeromount/pt/virtual_file.h"
+#include "zeromount/view/off_path.h"
 
 namespace zm::view {
 
@@ -29,8 +31,15 @@ class FileTable : public pt::ExtentReader {
   uint32_t add(const std::string& path);
   // Throws ESTALE if the file no longer has the identity it had at add() (size, mtime, inode, and
   // a ctime that moved alone only if its pickle changed too), and the open error (EACCES, ENOENT,
-  // ...) if it cannot be opened.
+  // ...) if it cannot be opened. With a deadline set, EIO when the source does not answer in time.
   void pread(uint32_t file, uint64_t offset, void* buf, size_t n) const override;
+  // A network source (-o source_timeout=S, issue 40): reads run off the request path, each piece
+  // answered within `deadline` or failed with EIO naming the file; while a read the source never
+  // answered is still pending below, one read at a time tries it and the others fail at once.
+  // Call before the first read.
+  void set_deadline(std::chrono::milliseconds deadline);
+  // Reads not answered within the deadline, since the start (.zeromount/stats: source_timeouts).
+  uint64_t timeouts() const { return reads_ ? reads_->timeouts() : 0; }
   const std::string& path(uint32_t file) const { return entry(file).path; }
   const struct stat& stat(uint32_t file) const { return entry(file).st; }
   size_t size() const;
@@ -66,12 +75,16 @@ class FileTable : public pt::ExtentReader {
   void verify(const Entry& e, const pt::File& f, const struct stat& now) const;
   void read_network(const Entry& e, const std::shared_ptr<const pt::File>& shared, uint64_t offset, void* buf,
                     size_t n) const;
+  void read_here(uint32_t file, uint64_t offset, void* buf, size_t n) const;
   std::vector<std::unique_ptr<Entry>> files_;  // guarded by table_mu_; the entries never move
   std::unordered_map<std::string, uint32_t> by_path_;
   mutable std::shared_mutex table_mu_;
   mutable std::atomic<uint64_t> bytes_read_{0};
   mutable std::mutex mu_;                 // the open descriptors
   mutable std::list<uint32_t> open_lru_;  // most recently used first
+  std::chrono::milliseconds deadline_{0};
+  mutable std::atomic<bool> probing_{false};  // a read trying a source that has not answered
+  std::unique_ptr<OffPath> reads_;            // last: its threads read the members above until it is gone
 };
 
 }  // namespace zm::view

@@ -116,8 +116,9 @@ class ProviderContext {
   // A live text (add_live_text) beside the tags; `access`: that of the real entry its text comes from.
   uint64_t add_made_text(const std::string& name, const Provider& by, std::function<std::string()> text, Access access);
   // A live file beside the tags (built on every open, never cached, read past the page cache),
-  // sized at stat by `sizer`; `costly`: the sizer lists and indexes folders, so that a listing
-  // does not ask it. `access`: what it may show (least_of what it is built from).
+  // sized at stat by `sizer`; `costly`: the sizer lists and indexes folders, or lays out what grows
+  // with the parameters, so that a listing does not ask it. `access`: what it may show (least_of
+  // what it is built from).
   uint64_t add_made_live_file(const std::string& name, const Provider& by, Builder build, Sizer sizer, Access access,
                               bool costly);
   uint64_t add_real_file(uint64_t parent, const std::string& name, const std::string& path) {

@@ -19,6 +19,7 @@
 #include "zeromount/view/file_table.h"
 #include "zeromount/view/memo.h"
 #include "zeromount/view/mounted_tag.h"
+#include "zeromount/view/off_path.h"
 #include "zeromount/view/open_file.h"
 #include "zeromount/view/provider.h"
 #include "zeromount/view/tree.h"
@@ -171,6 +172,9 @@ class View final : public LiveSource {
   // Built files by inode, the least recently used dropped beyond cache_bytes (what their headers and
   // segment tables hold); readers of one file at once wait for one build.
   mutable Memo<uint64_t, pt::VirtualFile, std::numeric_limits<size_t>::max()> built_;
+  // A network source's rescans, off the request path (growth.cpp); last, so that its thread is
+  // joined before what it rescans goes.
+  std::unique_ptr<OffPath> rescans_;
 };
 
 }  // namespace zm::view

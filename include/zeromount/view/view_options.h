@@ -22,6 +22,10 @@ struct ViewOptions {
   // where every look at it is a request to a server: its `latest` is read again at most every rescan
   // period, and a served tag folder deleted is noticed at the next rescan, not at every listing.
   bool network_source = false;
+  // -o source_timeout=S (network sources; the CLI's default there is 20 s, 0 waits as long as the
+  // source does): a read of SRC not answered in S seconds fails with EIO naming the shard, while the
+  // read below goes on off the request path; rescans there run off it too (OffPath).
+  double source_timeout_seconds = 0;
   bool crc = false;  // -o crc: real CRC-32s in made-up .pt files (stat and open then read the tensors)
   // -o report=off: no report pages (<T>_params/report.html, report.html beside tags and in run folders).
   bool report = true;

@@ -153,7 +153,8 @@ std::shared_ptr<const pt::File> FileTable::descriptor(uint32_t id) const {
 
 void FileTable::check(const Entry& e, const pt::File& f) const {
   struct stat now;
-  if (fstat(f.fd(), &now) != 0) stale(e.path);
+  // A descriptor that cannot be asked is a source that does not answer, never "changed".
+  if (fstat(f.fd(), &now) != 0) throw Error(where(e.path, std::string("cannot stat: ") + strerror(errno)), EIO);
   verify(e, f, now);
   // A file replaced by rename keeps our descriptor on the old inode; notice it at most every 100 ms.
   const int64_t t = now_ns();
@@ -213,7 +214,51 @@ void FileTable::read_network(const Entry& e, const std::shared_ptr<const pt::Fil
   }
 }
 
+void FileTable::set_deadline(std::chrono::milliseconds deadline) {
+  deadline_ = deadline;
+  // Four reads below at once: what a network client serves in parallel, and a bound on the
+  // buffers of reads nobody waits for any more (four pieces).
+  reads_ = deadline.count() > 0 ? std::make_unique<OffPath>(4) : nullptr;
+}
+
 void FileTable::pread(uint32_t file, uint64_t offset, void* buf, size_t n) const {
+  if (!reads_) return read_here(file, offset, buf, n);
+  const auto seconds = [&] { return fmt::format("{:g} s", double(deadline_.count()) / 1000); };
+  constexpr size_t kPiece = 4 << 20;  // each piece has the whole deadline; a buffer each
+  for (size_t done = 0; done < n;) {
+    const size_t piece = std::min(kPiece, n - done);
+    // While a read the source never answered is pending below, one read at a time tries the source
+    // (it comes back as soon as the backend does) and the others fail at once: a gone backend
+    // never holds every worker thread.
+    bool probe = false;
+    if (reads_->overdue()) {
+      if (probing_.exchange(true))
+        throw Error(where(path(file), "not read: a read of the source has had no answer for over " + seconds() +
+                                          "; reads fail at once until it answers"),
+                    EIO);
+      probe = true;
+    }
+    struct EndProbe {
+      std::atomic<bool>* probing;
+      ~EndProbe() {
+        if (probing) *probing = false;
+      }
+    } end_probe{probe ? &probing_ : nullptr};
+    auto bytes = std::make_shared<std::vector<char>>();
+    const uint64_t at = offset + done;
+    if (!reads_->run(
+            [this, file, at, piece, bytes] {
+              bytes->resize(piece);
+              read_here(file, at, bytes->data(), piece);
+            },
+            deadline_))
+      throw Error(where(path(file), "no answer from the source in " + seconds() + " (-o source_timeout)"), EIO);
+    std::memcpy(static_cast<char*>(buf) + done, bytes->data(), piece);
+    done += piece;
+  }
+}
+
+void FileTable::read_here(uint32_t file, uint64_t offset, void* buf, size_t n) const {
   const Entry& e = entry(file);
   std::shared_ptr<const pt::File> f;
   try {

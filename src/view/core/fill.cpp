@@ -23,20 +23,7 @@ namespace zm::view {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-struct RealEntry {
-  std::string name, path;
-  struct stat st {};
-};
-
-// A real folder's entries, sorted by name, and the folder opened: every look at an entry is
-// relative to it, so a folder costs the same at any depth. `skip` (the mount point) is
-// never looked into.
-struct RealListing {
-  ds::Dir dir;
-  std::vector<RealEntry> entries;
-};
+namespace {}  // namespace
 
 RealListing list_real(const std::string& dir, const std::string& skip) {
   RealListing out;
@@ -63,6 +50,8 @@ RealListing list_real(const std::string& dir, const std::string& skip) {
             [](const RealEntry& a, const RealEntry& b) { return a.name < b.name; });
   return out;
 }
+
+namespace {
 
 // Whether the real folder `real` was made after the mount (`loaded_at`, 0 while loading): a
 // Trainer's checkpoint-N/ saved into a mounted run folder, whose tags count as saved after the mount.
@@ -105,8 +94,13 @@ ProviderContext View::Folder::context(Tree& tree, bool building) const {
 }
 
 void View::mirror(const Folder* f, const std::string& real_dir, uint64_t dir) const {
-  Tree& tree = tree_;  // under Tree::append
-  const RealListing listing = list_real(real_dir, opts_.mount_point);
+  Folder::mirror(*this, f, list_real(real_dir, opts_.mount_point), dir);
+}
+
+void View::Folder::mirror(const View& view, const Folder* f, const RealListing& listing, uint64_t dir) {
+  Tree& tree = view.tree_;  // under Tree::append
+  FileTable& files_ = view.files_;
+  std::atomic<uint64_t>& real_bytes_ = view.real_bytes_;
   for (const RealEntry& e : listing.entries) {
     if (tree.lookup(dir, e.name)) continue;  // shown before: a name keeps its meaning
     const struct stat& st = e.st;

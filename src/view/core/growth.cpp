@@ -92,20 +92,63 @@ bool View::refresh(const Inode& dir) const {
   return f && f->refresh();
 }
 
+namespace {
+
+// How long a request waits for a network source's rescan, or its read of `latest`, before it
+// answers with what is known: a backend that answers lists within it, so a new tag is seen by the
+// request that asked, as on a local disk; one that is gone holds the work below for a minute.
+constexpr std::chrono::milliseconds kNetworkWait{500};
+
+// Runs `work` for a request: here on a local source; on a network source on the View's rescan
+// thread, waiting kNetworkWait at most, once at a time (`posted`): a request that finds one on its
+// way goes on with what is known, and what it finds is there for the next. True if `work` ran
+// here or finished in time and said true.
+bool off_path(OffPath* rescans, std::atomic<bool>& posted, std::function<bool()> work) {
+  if (!rescans) return work();
+  if (posted.exchange(true)) return false;
+  auto said = std::make_shared<bool>(false);
+  return rescans->run(
+             [&posted, said, work = std::move(work)] {
+               struct Done {
+                 std::atomic<bool>& posted;
+                 ~Done() { posted = false; }
+               } done{posted};
+               *said = work();
+             },
+             kNetworkWait, OffPath::Unwaited::Keep) &&
+         *said;
+}
+
+}  // namespace
+
 bool View::Folder::refresh() const {
   const ViewOptions& o = view.opts_;
   if (o.rescan_seconds <= 0 || !own_tag.empty() || !o.tags.empty() || real == o.mount_point) return false;
-  std::unique_lock scanning(scan_mu, std::try_to_lock);
-  if (!scanning) return false;  // another request is rescanning; it adds what is new
-  const auto now = Clock::now();
-  if (now - last_scan_ < std::chrono::duration<double>(o.rescan_seconds)) return false;
-  last_scan_ = now;
+  return off_path(view.rescans_.get(), rescan_posted_, [this] { return rescan(); });
+}
+
+bool View::Folder::rescan() const {
+  const ViewOptions& o = view.opts_;
+  {
+    std::unique_lock scanning(scan_mu, std::try_to_lock);
+    if (!scanning) return false;  // another request is rescanning; it adds what is new
+    const auto now = Clock::now();
+    if (now - last_scan_ < std::chrono::duration<double>(o.rescan_seconds)) return false;
+    last_scan_ = now;
+  }
+  // Listed outside scan_mu, which listings of what is served take (served_tags): a slow source
+  // holds up this rescan only. last_scan_ keeps a second one from starting meanwhile.
   ds::CheckpointDir dir;
+  std::string error;
   try {
     dir = ds::scan_folder(real, o.mount_point);
   } catch (const Error& e) {
-    if (scan_error_ != e.what()) spdlog::warn("rescan: {}", e.what());  // once, not every second
-    scan_error_ = e.what();
+    error = e.what();
+  }
+  std::unique_lock scanning(scan_mu);
+  if (!error.empty()) {
+    if (scan_error_ != error) spdlog::warn("rescan: {}", error);  // once, not every second
+    scan_error_ = error;
     return false;
   }
   scan_error_.clear();
@@ -117,8 +160,11 @@ bool View::Folder::refresh() const {
   for (size_t k = before; k < tags.size(); ++k) added.push_back(tags[k].get());
   Tree& tree = view.tree_;
   const size_t nodes = tree.size();
+  // Listed before the tree's lock is taken: on a network source whose backend is gone the listing
+  // waits on it, and lookups and listings of what is known must not (issue 40).
+  const RealListing listing = list_real(real, o.mount_point);
   tree.append([&](Tree&) {
-    view.mirror(this, real, node);  // new real entries: a Trainer's checkpoint-N/, trainer_state.json
+    mirror(view, this, listing, node);  // new real entries: a Trainer's checkpoint-N/, trainer_state.json
     show_partial_tags(dir.tags);
   });
   show_tags(added);
@@ -184,21 +230,30 @@ std::optional<std::string> View::Folder::take_latest(const std::optional<std::st
 std::optional<std::string> View::Folder::follow_latest() const {
   if (!own_tag.empty()) return own_tag;
   const ViewOptions& o = view.opts_;
-  std::optional<std::string> now;
+  if (!o.network_source) return take_latest(ds::read_latest(real));
+  // On a network source every read of SRC/latest is a request: the text read is kept for the rescan
+  // period, and read again off the request path (the first time, at the fill, here): a backend
+  // gone leaves `latest` as it was last read.
   const auto at = Clock::now();
-  bool fresh = false;
-  if (o.network_source) {  // every read of SRC/latest is a request
+  bool fresh = false, once = false;
+  {
     std::lock_guard<std::mutex> lock(mu);
     fresh = read_latest_ && at - read_latest_at_ < std::chrono::duration<double>(o.rescan_seconds);
-    if (fresh) now = read_latest_;
+    once = latest_read_once_;
   }
-  if (!fresh) {
-    now = ds::read_latest(real);
-    if (o.network_source) {  // kept for the next look within the rescan period; a local read is cheap
-      std::lock_guard<std::mutex> lock(mu);
-      read_latest_ = now;
-      read_latest_at_ = at;
-    }
+  const auto read = [this, at] {
+    auto text = ds::read_latest(real);
+    std::lock_guard<std::mutex> lock(mu);
+    read_latest_ = std::move(text);
+    read_latest_at_ = at;
+    latest_read_once_ = true;
+    return true;
+  };
+  if (!fresh) off_path(once ? view.rescans_.get() : nullptr, latest_posted_, read);
+  std::optional<std::string> now;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    now = read_latest_;
   }
   return take_latest(now);
 }
@@ -339,7 +394,8 @@ std::string View::stats_text(const Caller& who) const {
   std::string s = "tags_served " + std::to_string(served) + "\ntags_refused " + std::to_string(refused) +
                   "\ntags_after_mount " + std::to_string(g.tags_after_mount) + "\ntags_deleted " +
                   std::to_string(g.tags_deleted) + "\nbytes_from_shards " + std::to_string(files_.bytes_read()) +
-                  "\nrequests " + std::to_string(requests) + "\ninodes " + std::to_string(inodes) + "\nplans_kept " +
+                  "\nsource_timeouts " + std::to_string(files_.timeouts()) + "\nrequests " + std::to_string(requests) +
+                  "\ninodes " + std::to_string(inodes) + "\nplans_kept " +
                   std::to_string(plan_weight().entries.load(std::memory_order_relaxed)) + "\nplan_bytes " +
                   std::to_string(plan_weight().bytes.load(std::memory_order_relaxed)) + "\nplans_evicted_in_use " +
                   std::to_string(plan_weight().evicted_in_use.load(std::memory_order_relaxed)) +

@@ -36,11 +36,26 @@
 #include <string>
 #include <vector>
 
+#include "zeromount/ds/source_dir.h"
 #include "zeromount/view/view.h"
 
 namespace zm::view {
 
 using Clock = std::chrono::steady_clock;
+
+struct RealEntry {
+  std::string name, path;
+  struct stat st {};
+};
+
+// A real folder's entries, sorted by name, and the folder opened: every look at an entry is
+// relative to it, so a folder costs the same at any depth. `skip` (the mount point) is never
+// looked into. Listed before Tree::append where the source may be slow (fill.cpp).
+struct RealListing {
+  ds::Dir dir;
+  std::vector<RealEntry> entries;
+};
+RealListing list_real(const std::string& dir, const std::string& skip);
 
 // A filled real folder of SRC that is not a tag folder. Once it holds a served tag it is a
 // checkpoint folder: providers put their made-up entries beside its tags. It fills, rescans and
@@ -71,11 +86,15 @@ class View::Folder final : public CheckpointFolder {
   bool is_tag(const std::string& name) const override;
   void refuse_entry(const std::string& entry, const std::string& reason) const override;
 
+  // View::mirror with the real folder listed already (fill.cpp; `f`: nullptr for a folder that is
+  // not a checkpoint folder): under Tree::append, with the listing made before it was taken.
+  static void mirror(const View& view, const Folder* f, const RealListing& listing, uint64_t dir);
   // Its first fill (fill.cpp), under Growth::fill_mu, once the View has published it: indexes the
   // tags `scan` found, then shows its real entries and every provider's entries beside the tags.
   void fill(const ds::CheckpointDir& scan) const;
   // View::refresh for this folder (growth.cpp): at most once per rescan period, never waiting for
-  // another thread's rescan. True if anything was added.
+  // another thread's rescan (on a network source, waiting a moment only: it runs off the request
+  // path). True if anything was added.
   bool refresh() const;
   bool is_served(const std::string& tag) const;
   // Its `latest`: a live file showing latest_text() (under Tree::append; View::mirror).
@@ -100,6 +119,8 @@ class View::Folder final : public CheckpointFolder {
   mutable std::map<std::string, std::string> refused_entries;
 
  private:
+  // A network source's rescan or read of `latest` on its way on the View's rescan thread.
+  mutable std::atomic<bool> rescan_posted_{false}, latest_posted_{false};
   // Under scan_mu.
   mutable Clock::time_point last_scan_;
   mutable std::string scan_error_;                       // why the last rescan failed, logged once
@@ -111,7 +132,10 @@ class View::Folder final : public CheckpointFolder {
   // A network source's `latest` is read at most every rescan period: the last text read, and when.
   mutable std::optional<std::string> read_latest_;
   mutable Clock::time_point read_latest_at_;
+  mutable bool latest_read_once_ = false;  // by the fill, at the mount: later reads go off the path
 
+  // refresh's work: lists the source and shows what is new (under scan_mu, but for the listing).
+  bool rescan() const;
   // Indexes one tag folder and registers its shards; throws zm::Error when it cannot be indexed.
   const MountedTag& add_tag(const std::string& tag, bool* cache_hit) const;
   // Indexes the tags that are not served, each once per change of its folder. True if any was added.

@@ -68,10 +68,7 @@ DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
   };
   const auto tensor = [&](Source s, pt::DType dtype, const std::vector<int64_t>& shape_) {
     Placed p{s, dtype, &shape_, !shape_.empty() && files > 1, 1, at_.size()};
-    if (p.cut && shape_[0] > 0) {  // the ranks that get rows: torch.chunk leaves the last ones empty
-      const int64_t each = (shape_[0] + files - 1) / files;
-      p.chunks = uint32_t((shape_[0] + each - 1) / each);
-    }
+    if (p.cut) p.chunks = uint32_t(pt::dcp::fsdp_ranks_with_rows(shape_[0], files));
     sources_.push_back(p);
     for (uint32_t k = 0; k < p.chunks; ++k) {
       pt::dcp::Chunk c;

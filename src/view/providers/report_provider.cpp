@@ -52,18 +52,22 @@ class ReportProvider final : public Provider {
   // mount and one saved later, each named on the page and not shown. A page
   // as restricted as its most restricted tag locked every other user out of all the others.
   void add_folder(ProviderContext& cx, const std::vector<const MountedTag*>&) const override {
-    if (cx.options().report) add_across(cx, cx.tree().get(cx.dir())->access, false);
+    if (cx.options().report) add_across(cx, cx.tree().get(cx.dir())->access);
   }
 
-  // The checkpoint folders below are indexed to size the page: a listing does not ask its size.
+  // The checkpoint folders below are indexed to size the page.
   void add_run(ProviderContext& cx) const override {
-    if (cx.options().report) add_across(cx, cx.tree().get(cx.dir())->access, true);
+    if (cx.options().report) add_across(cx, cx.tree().get(cx.dir())->access);
   }
 
  private:
   // A live page: the tags it shows are asked for on every open and stat, so that it is never
   // stale against what the folder serves; their figures are kept by identity (report_figures.h).
-  void add_across(ProviderContext& cx, Access access, bool costly) const {
+  // Its size is its text laid out, a row per parameter of every tag (19 MB for one tag of 20,000
+  // parameters): a listing does not ask it (`costly`), or every `ls` of the mount paid that
+  // (bench/concurrent_ls.py); a stat does.
+  void add_across(ProviderContext& cx, Access access) const {
+    constexpr bool costly = true;
     const CheckpointFolder* folder = &cx.folder();
     const pt::ExtentReader* files = &cx.files();
     cx.add_made_live_file(
