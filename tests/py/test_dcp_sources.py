@@ -163,12 +163,18 @@ def check_zero12(d, state, world, stage, lp):
     files = [torch.load(f"{d}/{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt",
                         weights_only=False)["optimizer_state_dict"] for r in range(world)]
     for g, names in enumerate(order):
+        # ZeRO-1/2 keep each rank's L_r valid elements; BF16_Optimizer its whole partition, the
+        # group's padding at the end of the last rank's (zeros).
+        want = {family: torch.cat([state[family][n].reshape(-1) for n in names])
+                for family in ("fp32", "exp_avg", "exp_avg_sq")}
+        n = want["fp32"].numel()
         fp32 = torch.cat([f["single_partition_of_fp32_groups"][g] for f in files])
-        assert torch.equal(fp32, torch.cat([state["fp32"][n].reshape(-1) for n in names])), g
+        assert torch.equal(fp32[:n], want["fp32"]) and not fp32[n:].any(), g
+        assert fp32.numel() == n or stage == "bf16opt", g
         for family in ("exp_avg", "exp_avg_sq"):
             got = torch.cat([f["base_optimizer_state"]["state"][g][family][:f["single_partition_of_fp32_groups"][g]
                                                                             .numel()] for f in files])
-            assert torch.equal(got, torch.cat([state[family][n].reshape(-1) for n in names])), (g, family)
+            assert torch.equal(got[:n], want[family]) and not got[n:].any(), (g, family)
         for f in files:
             assert float(f["base_optimizer_state"]["state"][g]["step"]) == STEPS
             assert hypers(f["base_optimizer_state"]["param_groups"][g]) == live_group_hypers(state)[g]
@@ -196,7 +202,8 @@ def check_zero3(d, state, world, lp):
             assert hypers(osd["param_groups"][s]) == live_group_hypers(state)[s]
 
 
-NATIVE = [f"zero{s}-dp{w}-fp32" for s in (1, 2, 3) for w in (1, 2, 3)] + [f"zero{s}-dp2-bf16" for s in (1, 2, 3)]
+NATIVE = [f"zero{s}-dp{w}-fp32" for s in (1, 2, 3) for w in (1, 2, 3)] + [f"zero{s}-dp2-bf16" for s in (1, 2, 3)] + \
+    ["bf16opt-dp2", "bf16opt-dp3"]
 
 
 @pytest.mark.parametrize("name", WITH_OPTIMIZER)
@@ -211,8 +218,9 @@ def test_native_layouts_hold_the_live_state(name):
         assert ("lr_scheduler: the source's own" if own else "lr_scheduler: made from the step count") in readme
         for target in NATIVE:
             d = f"{m}/layouts/{target}/{tag_of(name)}"
-            stage, world = int(target[4]), int(target.split("-")[1][2:])
-            lp = torch.bfloat16 if target.endswith("bf16") else torch.float32
+            stage = "bf16opt" if target.startswith("bf16opt") else int(target[4])
+            world = int(target.split("-")[1][2:])
+            lp = torch.bfloat16 if target.endswith("bf16") or stage == "bf16opt" else torch.float32
             if stage == 3:
                 check_zero3(d, state, world, lp)
             else:
