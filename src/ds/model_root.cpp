@@ -106,10 +106,9 @@ std::shared_ptr<const Node> model_root(const TagIndex& ix) {
 
 std::string scheduler_note(const TagIndex& ix) {
   if (!ix.lr_scheduler)
-    return "made from the step count: {'last_batch_iteration': " + std::to_string(step_count(ix) - 1) +
-           "} (the source keeps no scheduler state)";
-  return "the source's own scheduler state, with DeepSpeed's 'last_batch_iteration' added (last_epoch - 1, "
-         "else the step count - 1) where it lacks one";
+    return "made from the step count, {'last_batch_iteration': " + std::to_string(step_count(ix) - 1) +
+           "}: the source keeps none";
+  return "the source's own, with DeepSpeed's 'last_batch_iteration' (last_epoch - 1) added";
 }
 
 std::string written_ds_version(const TagIndex& ix) {

@@ -303,7 +303,7 @@ def test_a_trainer_scheduler_state_is_taken_from_scheduler_pt(tmp_path):
                   f"{m}/checkpoint-3_universal/mp_rank_00_model_states.pt"):
             got = torch.load(f, weights_only=False)["lr_scheduler"]
             assert got == {**sched, "last_batch_iteration": 2}, got
-        assert "lr_scheduler: the source's own scheduler state" in open(f"{m}/layouts/README").read()
+        assert "lr_scheduler: the source's own, with DeepSpeed's" in open(f"{m}/layouts/README").read()
 
 
 def test_a_damaged_dcp_source_is_refused_with_the_key_named(tmp_path):
