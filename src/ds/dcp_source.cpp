@@ -13,6 +13,7 @@
 #include "zeromount/pt/dcp_read.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/file.h"
+#include "zeromount/pt/pt_file.h"
 #include "zeromount/pt/text.h"
 
 namespace zm::ds {
@@ -25,6 +26,9 @@ namespace {
 // Accelerate's save_fsdp_model / save_fsdp_optimizer folder names (SHARDED_STATE_DICT).
 constexpr const char* kModelFolder = "pytorch_model_fsdp_0";
 constexpr const char* kOptimizerFolder = "optimizer_0";
+// torchtitan's CheckpointManager key of the scheduler's state_dict; the Trainer's file beside the folders.
+constexpr const char* kSchedulerPrefix = "lr_scheduler.";
+constexpr const char* kSchedulerFile = "scheduler.pt";
 
 bool holds_metadata(const Dir& d) {
   struct stat st {};
@@ -115,6 +119,7 @@ class DcpIndexer {
               titan_hypers_[role.param].emplace_back(role.name, ref);
             break;
           case dcp::Family::Other:  // torchtitan's train_state, lr_scheduler, dataloader: not a tensor state
+            if (k.fqn.rfind(kSchedulerPrefix, 0) == 0 && !k.tensor) scheduler_.push_back(ref);
             break;
         }
       }
@@ -332,14 +337,45 @@ class DcpIndexer {
       refuse(ref, "differs from '" + first->key->fqn + "' in the same param group: one optimizer step per group");
   }
 
+  // A model key the optimizer does not hold is a frozen parameter or a buffer. FSDP2 shards every
+  // parameter (Shard(0): one chunk per rank) and keeps buffers whole (one chunk, written once): a
+  // key of several chunks is a frozen parameter, a key of one chunk a buffer. A save at W = 1
+  // cuts nothing, and its frozen parameters read as buffers.
   void finish() {
     for (const std::string& n : model_order_)
       if (!trainable_.count(n)) {
         const KeyRef& ref = model_.at(n);
-        ix_.buffers.push_back({n, ref.key->dtype, ref.key->size, extents(ref)});
+        PlainTensor t{n, ref.key->dtype, ref.key->size, extents(ref)};
+        if (ref.key->chunks.size() > 1) {
+          ix_.frozen.push_back(t);
+          ix_.module_frozen.push_back(std::move(t));
+        } else {
+          ix_.buffers.push_back(std::move(t));
+        }
       }
     ix_.dp = world();
     ix_.step_kind = ix_.scalar_names.empty() ? StepValue::None : StepValue::Tensor;
+    read_scheduler();
+  }
+
+  // The run's scheduler state, where the source keeps one: torchtitan's `lr_scheduler.<key>` items,
+  // or the Trainer's scheduler.pt beside its folders (torch.save of the scheduler's state_dict).
+  void read_scheduler() {
+    if (!scheduler_.empty()) {
+      pt::Node* d = ix_.arena.make(pt::Kind::Dict);
+      for (const KeyRef& ref : scheduler_)
+        d->entries.emplace_back(ix_.arena.make_str(ref.key->fqn.substr(std::string_view(kSchedulerPrefix).size())),
+                                value(ref));
+      ix_.lr_scheduler = d;
+      return;
+    }
+    const std::string path = ix_.dir + "/" + kSchedulerFile;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    const auto file = pt::load_pt(path);
+    if (!file->root || file->root->kind != pt::Kind::Dict)
+      throw Error(where(path, "holds " + pt::repr(file->root) + ", not a scheduler's state_dict"), ENOTSUP);
+    ix_.lr_scheduler = pt::Copier(ix_.arena)(file->root);
   }
 
   TagIndex& ix_;
@@ -351,6 +387,7 @@ class DcpIndexer {
   std::map<int64_t, std::vector<std::pair<std::string, KeyRef>>> groups_;
   std::map<std::string, std::vector<std::pair<std::string, KeyRef>>> titan_hypers_;
   std::set<std::string> trainable_;
+  std::vector<KeyRef> scheduler_;
   std::map<std::string, uint32_t> shard_of_;
   std::vector<std::unique_ptr<pt::File>> files_;
 };

@@ -182,7 +182,7 @@ const Node* model_states_pickle(pt::Arena& a, const ModelSource& src, uint32_t r
   for (std::string_view name : skeleton.module_keys) {
     auto it = module_tensors.find(name);
     if (it == module_tensors.end())
-      throw Error(ix.model_files.at(0) + ": module entry '" + std::string(name) +
+      throw Error(ix.dir + ": module entry '" + std::string(name) +
                       "' is neither a parameter, a frozen parameter nor a buffer of the index",
                   EIO);
     module->entries.emplace_back(a.make_str(std::string(name)), it->second);

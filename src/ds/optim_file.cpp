@@ -1,5 +1,6 @@
 #include "zeromount/ds/optim_file.h"
 
+#include "zeromount/ds/model_root.h"
 #include "zeromount/ds/precision.h"
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
@@ -284,7 +285,7 @@ Node* OptimFile::zero12(const Node* config) const {
   if (!bf16opt) build::add(O, a_, "zero_stage", zero_stage_enum(a_, plan_.target.stage == TargetStage::Zero1 ? 1 : 2));
   build::add(O, a_, "group_paddings", paddings);
   build::add(O, a_, "partition_count", counts);
-  build::add(O, a_, "ds_version", a_.make_str(ix_.ds_version));
+  build::add(O, a_, "ds_version", a_.make_str(written_ds_version(ix_)));
   build::add(O, a_, "param_slice_mappings", mappings);
   return O;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 
+#include "zeromount/ds/model_root.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_file.h"
 
@@ -223,8 +224,8 @@ std::string target_name(const TargetLayout& t) {
 }
 
 SourceOptions source_options(const TagIndex& index) {
-  if (index.model_files.empty()) return {};
-  return source_options(index, pt::load_pt(index.model_files.front())->root);
+  const std::shared_ptr<const pt::Node> root = model_root(index);
+  return root ? source_options(index, root.get()) : SourceOptions{};
 }
 
 SourceOptions source_options(const TagIndex& index, const pt::Node* model_root) {
@@ -278,9 +279,8 @@ TargetLayout source_layout(const TagIndex& index) {
 }
 
 std::string native_layout_refusal(const TagIndex& index) {
-  if (index.source == SourceKind::DeepSpeed) return "";
-  return "a DCP source (" + index.source_style +
-         ") has no DeepSpeed model-state files, which a native layout's are made from (not made up yet)";
+  if (index.optimizer_saved) return "";
+  return "a " + index.source_style + " save holds no optimizer state, which a native layout's files are made of";
 }
 
 PartitionPlan plan_partitions(const TagIndex& index, const TargetLayout& target, const SourceOptions& source) {

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "zeromount/ds/model_root.h"
 #include "zeromount/ds/optim_file.h"
 #include "zeromount/pt/build.h"
 
@@ -94,8 +95,7 @@ const Node* optimizer_state_pickle(pt::Arena& a, const TagIndex& ix, const Exten
   // ds_to_universal writes them; then what the other stage family's loader also needs.
   if (ix.optim_meta)
     for (const auto& [k, v] : ix.optim_meta->entries) root->entries.emplace_back(k, v);
-  if (!root->get("ds_version"))
-    build::add(root, a, "ds_version", a.make_str(ix.ds_version.empty() ? "0.0.0" : ix.ds_version));
+  if (!root->get("ds_version")) build::add(root, a, "ds_version", a.make_str(written_ds_version(ix)));
   build::add(root, a, "param_groups", ix.param_groups);
   // Per (sub-)group: its per-group values, and 'step' (None when the optimizer keeps none) for the
   // ZeRO-3 universal loader, which reads state[0]['step']; {} when the source never stepped.

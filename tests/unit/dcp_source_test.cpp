@@ -10,7 +10,9 @@
 #include "helpers.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/dcp_source.h"
+#include "zeromount/ds/model_root.h"
 #include "zeromount/ds/sources.h"
+#include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/build.h"
 #include "zeromount/pt/dcp.h"
 #include "zeromount/pt/error.h"
@@ -53,6 +55,8 @@ TEST_P(EveryStyle, ReadsAsTheRunThatSavedIt) {
     EXPECT_EQ(ix->source_style, "model-only");
     EXPECT_EQ(ix->params.size(), 11u) << "every model key, buffers and the frozen parameter too";
     EXPECT_EQ(ix->state_names, std::vector<std::string>{"fp32"});
+    EXPECT_FALSE(model_root(*ix)) << "no optimizer state to lay out";
+    EXPECT_NE(native_layout_refusal(*ix), "");
     return;
   }
   EXPECT_EQ(ix->source_style, fixture.starts_with("hf_")          ? "hf-fsdp"
@@ -63,9 +67,23 @@ TEST_P(EveryStyle, ReadsAsTheRunThatSavedIt) {
   EXPECT_EQ(names(*ix, 1), kNotDecayed);
   EXPECT_EQ(ix->state_names, (std::vector<std::string>{"fp32", "exp_avg", "exp_avg_sq"}));
   EXPECT_EQ(ix->scalar_names, std::vector<std::string>{"step"});
-  std::vector<std::string> buffers;
-  for (const PlainTensor& b : ix->buffers) buffers.push_back(b.name);
-  EXPECT_EQ(buffers, (std::vector<std::string>{"frozen_scale", "running_mean"}));
+  // frozen_scale is cut into chunks as FSDP2 shards a parameter; running_mean is saved whole.
+  ASSERT_EQ(ix->buffers.size(), 1u);
+  EXPECT_EQ(ix->buffers[0].name, "running_mean");
+  ASSERT_EQ(ix->frozen.size(), 1u);
+  EXPECT_EQ(ix->frozen[0].name, "frozen_scale");
+  EXPECT_EQ(ix->module_frozen.size(), 1u);
+  // The model-state pickle DeepSpeed would have written, made up from the index.
+  const auto root = model_root(*ix);
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->get("global_steps")->i, 3);
+  EXPECT_EQ(root->get("dp_world_size")->i, world);
+  EXPECT_EQ(root->get("ds_version")->s, kMadeDsVersion);
+  EXPECT_EQ(root->get("lr_scheduler")->get("last_batch_iteration")->i, 2) << "WarmupLR after 3 steps";
+  // torchtitan saves its scheduler (LambdaLR, last_epoch 3); the others ran without one.
+  EXPECT_EQ(root->get("lr_scheduler")->get("last_epoch") != nullptr, fixture.starts_with("torchtitan"));
+  EXPECT_EQ(root->get("module")->entries.size(), 11u);
+  EXPECT_EQ(native_layout_refusal(*ix), "");
   // Each state of each parameter is its chunks, one per rank that has rows, covering it once.
   for (const Param& p : ix->params)
     for (size_t k = 0; k < ix->state_names.size(); ++k) {

@@ -218,6 +218,10 @@ struct TagIndex : OptimizerGlobals {
   const pt::Node* optim_meta = nullptr;  // dict: loss_scaler, dynamic_loss_scale, overflow, clip_grad, zero_stage, ...
   // The source's param groups (with 'params'); elastic sources saved none: one {'params': [g]} per group.
   const pt::Node* param_groups = nullptr;
+  // A DCP source's own scheduler state (torchtitan's `lr_scheduler` items, the Trainer's
+  // scheduler.pt), in `arena`; null where it keeps none. DeepSpeed's is in its model-state file.
+  // (DCP indexes are not cached: index_cache.cpp does not store it.)
+  const pt::Node* lr_scheduler = nullptr;
 
   // Stage 3 layout, so that no per-(parameter, rank) record is kept: element 0 of state k of
   // sub-group s in rank r's optimizer file is at byte flat_offsets[(r * sub_groups + s) * states + k]

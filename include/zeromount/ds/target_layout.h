@@ -113,8 +113,8 @@ RankSubGroup rank_sub_group(const PartitionPlan& plan, const TagIndex& index, ui
 
 // Throws zm::Error naming the reason and the spec section when the source cannot be presented
 // at the target (e.g. a param group without a trainable parameter under ZeRO-1/2).
-// Why no native layout of `index` is made, or "": its model-state files are copied from the
-// source's, which only a DeepSpeed source has.
+// Why no native layout (nor universal folder) of `index` is made, or "": a model-only save holds
+// no optimizer state. (A source without model-state files gets made-up ones: ds/model_root.h.)
 std::string native_layout_refusal(const TagIndex& index);
 PartitionPlan plan_partitions(const TagIndex& index, const TargetLayout& target, const SourceOptions& source);
 PartitionPlan plan_partitions(const TagIndex& index, const TargetLayout& target);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "zeromount/ds/model_file.h"
+#include "zeromount/ds/model_root.h"
 #include "zeromount/ds/optim_file.h"
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/tag_index.h"
@@ -66,8 +67,8 @@ std::shared_ptr<const ds::ModelSkeleton> shared_source(const MountedTag& tag) {
   if (auto kept = slot.lock()) return kept;
   std::shared_ptr<const ds::ModelSkeleton> skeleton;
   {
-    const std::shared_ptr<const pt::PtFile> decoded = pt::load_pt(tag.index->model_files.at(0));
-    skeleton = ds::model_skeleton(*tag.index, frozen_of(*tag.index), decoded->root);
+    const std::shared_ptr<const pt::Node> root = ds::model_root(*tag.index);  // DeepSpeed's, or made up
+    skeleton = ds::model_skeleton(*tag.index, frozen_of(*tag.index), root.get());
   }
   g_decodes.fetch_add(1, std::memory_order_relaxed);
   slot = skeleton;
@@ -105,8 +106,7 @@ LayoutTag::LayoutTag(const MountedTag& tag, const ds::TargetLayout& target)
 // fail to build.
 void LayoutTag::check_module() const {
   if (const std::string& why = source_model().refusal; !why.empty())
-    throw Error(tag_.index->model_files.at(0) + ": cannot present as " + ds::target_name(target()) + ": " + why,
-                EINVAL);
+    throw Error(tag_.index->dir + ": cannot present as " + ds::target_name(target()) + ": " + why, EINVAL);
 }
 
 const ds::ModelSkeleton& LayoutTag::source_model() const {

@@ -6,6 +6,7 @@
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_file.h"
 #include "zeromount/pt/pt_writer.h"
+#include "zeromount/view/files/layout_files.h"
 
 namespace zm::view {
 
@@ -35,6 +36,20 @@ pt::VirtualFile autoep_model_states_file(const MountedTag& t, const std::string&
   std::string name = path.substr(path.find_last_of('/') + 1);
   name = name.substr(0, name.size() - 3);  // torch.save names the archive after the file's stem
   return pt::build_pt(root, t.pt_options(name));
+}
+
+ds::TargetLayout made_model_states_layout(const ds::TagIndex& ix) {
+  ds::TargetLayout t;
+  t.stage = ds::TargetStage::Zero2;
+  t.dp = uint32_t(ix.dp);
+  t.precision = ix.module_dtype == pt::DType::BF16  ? ds::Precision::Bf16
+                : ix.module_dtype == pt::DType::F16 ? ds::Precision::Fp16
+                                                    : ds::Precision::Fp32;
+  return t;
+}
+
+pt::VirtualFile made_model_states_file(const MountedTag& t) {
+  return LayoutTag(t, made_model_states_layout(*t.index)).build(0);
 }
 
 pt::VirtualFile optimizer_state_file(const MountedTag& t) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "zeromount/ds/model_root.h"
 #include "zeromount/ds/torch_state.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/files/dcp_files.h"
@@ -222,6 +223,9 @@ class Targets final : public LazyDir {
 // What the own layout is: the real files, written anew; or, for a tensor-/pipeline-parallel source,
 // its grid merged to TP = PP = 1, which no real file of it is.
 std::string own_note(const ds::TagIndex& ix) {
+  if (ix.source == ds::SourceKind::Dcp)
+    return "a " + ix.source_style + " DCP save at W=" + std::to_string(ix.dp) +
+           ": DeepSpeed never wrote it, and this layout is made up like any other (below)";
   if (!ix.parallel())
     return "a self-check: tensor-equal to the real files (same keys, values, dtypes, shapes and storage\n"
            "sharing), not byte-equal: the pickles and zip records are written anew";
@@ -230,8 +234,31 @@ std::string own_note(const ds::TagIndex& ix) {
          "out natively for a TP=1 engine, not its own files";
 }
 
+// What the native layouts of a source without DeepSpeed model-state files hold that none of its
+// files says (ds/model_root.h); "" for a DeepSpeed source.
+std::string made_up_note(const ds::TagIndex& ix) {
+  if (ix.source != ds::SourceKind::Dcp) return "";
+  return "Made up for " + ix.tag + " (a " + ix.source_style +
+         " DCP save has no DeepSpeed model-state file; ds/model_root.h):\n"
+         "  module: the DCP model keys: trainable parameters (the optimizer's) in the target's precision,\n"
+         "    frozen parameters (keys cut like FSDP2's parameters, outside the optimizer) cast to it,\n"
+         "    buffers (keys saved whole) as saved; its _metadata is absent\n"
+         "  buffer_names: those buffers; param_shapes: the optimizer's param_groups order; shared_params: {}\n"
+         "  global_steps: the optimizer's step; skipped_steps: 0; global_samples: absent (the engine takes\n"
+         "    global_steps x its train_batch_size); dp_world_size: the target's W; mp_world_size: 1\n"
+         "  lr_scheduler: " +
+         ds::scheduler_note(ix) +
+         "\n"
+         "  ds_config: {'zero_optimization': {'stage': 2}, 'bf16'/'fp16': {'enabled': the module dtype}}\n"
+         "  ds_version: " +
+         ds::kMadeDsVersion +
+         " (the loaders the files are made for); loss scaler: DeepSpeed's default\n"
+         "    (static 1; fp16 targets dynamic, 2^16); clip_grad 0.0\n";
+}
+
 std::string readme(const std::string& dir, const std::string& own, const std::string& note,
-                   const std::vector<std::string>& listed, const std::vector<std::string>& refused) {
+                   const std::vector<std::string>& listed, const std::vector<std::string>& refused,
+                   const std::string& made_up) {
   std::ostringstream s;
   s << "Faked native layouts (zeromount; docs/spec/fake-layouts.md)\n\n"
     << "Each " << dir << "/<target>/ is a load_dir that looks as if DeepSpeed had saved this checkpoint\n"
@@ -254,6 +281,7 @@ std::string readme(const std::string& dir, const std::string& own, const std::st
   s << "Any other valid name is made when it is first looked up, e.g. " << dir << "/zero3-dp64-bf16.\n"
     << "A target is served whole or not at all: one the source cannot be presented at is 'No such file\n"
     << "or directory', with one log line that names the reason.\n";
+  if (!made_up.empty()) s << "\n" << made_up;
   return s.str();
 }
 
@@ -305,7 +333,9 @@ class LayoutsProvider final : public Provider {
     }
     const uint64_t dir = cx.add_made_dir(o.layouts_dir, *this, tags);
     if (!dir) return;  // a real SRC/layouts wins (ProviderContext logged it); -o layouts_dir=NAME
-    cx.add_text(dir, "README", readme(o.layouts_dir, own, own_note(*own_tag->index), listed, refused), mtime);
+    cx.add_text(dir, "README",
+                readme(o.layouts_dir, own, own_note(*own_tag->index), listed, refused, made_up_note(*own_tag->index)),
+                mtime);
     // `latest` as the folder's own shows it, and its other real files as they are [layouts §1.1].
     // Only a `latest` DeepSpeed could have written (a live one, kLatestMaxBytes at most) is carried:
     // one over that is any other file, shown as is, and nothing is made from it.

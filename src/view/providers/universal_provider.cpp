@@ -3,6 +3,9 @@
 #include <filesystem>
 
 #include "zeromount/ds/shard_names.h"
+#include "zeromount/ds/target_layout.h"
+#include "zeromount/pt/error.h"
+#include "zeromount/view/files/layout_files.h"
 #include "zeromount/view/files/param_names.h"
 #include "zeromount/view/files/universal.h"
 #include "zeromount/view/provider.h"
@@ -14,6 +17,20 @@ namespace {
 
 constexpr const char* kSuffix = "_universal";
 
+// Why no universal folder is made of a tag, or "": a save without optimizer state, or one whose
+// made-up model-state files (a DCP source has none of its own) cannot be made.
+std::string refusal(const MountedTag& tag) {
+  const ds::TagIndex& ix = *tag.index;
+  if (std::string why = ds::native_layout_refusal(ix); !why.empty()) return why;
+  if (!ix.model_files.empty() || !ix.mp_files.empty()) return "";
+  try {
+    LayoutTag(tag, made_model_states_layout(ix));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 class UniversalProvider final : public Provider {
  public:
   std::string_view kind() const override { return "universal"; }
@@ -21,9 +38,8 @@ class UniversalProvider final : public Provider {
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     const ds::TagIndex& ix = *tag.index;
     const struct timespec mtime = cx.mtime();
-    if (ix.source != ds::SourceKind::DeepSpeed) {  // its model-state files are DeepSpeed's, copied
-      cx.folder().refuse_entry(ix.tag + kSuffix, "not made: a DCP source (" + ix.source_style +
-                                                     ") has no DeepSpeed model-state files (not made up yet)");
+    if (const std::string why = refusal(tag); !why.empty()) {
+      cx.folder().refuse_entry(ix.tag + kSuffix, "not made: " + why);
       return;
     }
     const uint64_t u = cx.add_made_dir(ix.tag + kSuffix, *this, {&tag});
@@ -36,6 +52,10 @@ class UniversalProvider final : public Provider {
                       [t, f] { return autoep_model_states_file(*t, f); });
     } else if (ix.parallel()) {  // the converter copies every model-state file, under its own name [tp §5]
       for (const auto& f : ix.mp_files) cx.add_real_file(u, std::filesystem::path(f).filename().string(), f);
+    } else if (ix.model_files.empty()) {  // a DCP source: one made-up file under every name
+      tree.add_file(u, ds::model_states_name(0), mtime, [t] { return made_model_states_file(*t); });
+      for (int r = 0; r < ix.dp; ++r)
+        tree.add_file(u, ds::zero_model_states_name(r, 0), mtime, [t] { return made_model_states_file(*t); });
     } else {
       cx.add_real_file(u, ds::model_states_name(0), ix.model_files.at(0));
       for (int r = 0; r < ix.dp; ++r)

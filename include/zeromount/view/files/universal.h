@@ -6,6 +6,7 @@
 #include <string>
 
 #include "zeromount/ds/tag_index.h"
+#include "zeromount/ds/target_layout.h"
 #include "zeromount/pt/virtual_file.h"
 #include "zeromount/view/mounted_tag.h"
 
@@ -20,6 +21,12 @@ pt::VirtualFile scalar_file(const MountedTag& t, size_t group, size_t k);
 // ds_to_universal.py re-saves it: the source pickle with universal_checkpoint_info's
 // expert_parameter_patterns and ds_autoep_layers replaced [tp §8].
 pt::VirtualFile autoep_model_states_file(const MountedTag& t, const std::string& path);
+// The model-state file of a source that has none (a DCP folder), under every name of both families:
+// the one layouts/<made_model_states_layout>/ holds (ZeRO-2 at the source's W, in its module
+// dtype), made from ds/model_root.h's made-up pickle. A universal load reads only its
+// global_steps, lr_scheduler, dp_world_size and the like; its 'module' is never loaded.
+ds::TargetLayout made_model_states_layout(const ds::TagIndex& ix);
+pt::VirtualFile made_model_states_file(const MountedTag& t);
 // zero/optimizer_state.pt: what every target stage's universal loader reads, without flat tensors.
 pt::VirtualFile optimizer_state_file(const MountedTag& t);
 
