@@ -495,6 +495,7 @@ std::string option_problem(const std::vector<std::string>& options) {
 }
 
 int serve(const view::View& v, const MountConfig& cfg, const std::function<void(const std::string&)>& mounted) {
+  v.start_serving();
   SessionArgs a(cfg.options, cfg.fsname, cfg.debug);
   Context context{&v};
   const fuse_lowlevel_ops ops = make_ops();

@@ -330,3 +330,19 @@ def test_a_trainer_fsdp_checkpoint_gives_its_config_to_the_weights_folder(tmp_pa
     with mount(str(src)) as m:
         assert open(f"{m}/checkpoint-3_fp32/config.json").read() == config
         assert "model.safetensors" in os.listdir(f"{m}/checkpoint-3_fp32")
+
+
+def test_a_trainer_fsdp_checkpoint_keeps_its_trainer_state_in_the_torch_layouts(tmp_path):
+    """The Trainer under FSDP saves trainer_state.json (and scheduler.pt, rng_state_*.pth) into
+    checkpoint-N/, the tag itself: layouts/fsdp-dp<W>/ and layouts/torch/ are checkpoint folders a
+    resume reads them from (without it the Trainer starts again at step 0: the FSDP2 judge)."""
+    src = tmp_path / "run"
+    shutil.copytree(os.path.join(DCP, "hf_fsdp_ws2_fp32", "checkpoint"), src)
+    (src / "checkpoint-3" / "rng_state_0.pth").write_bytes(b"rng of rank 0")
+    with mount(str(src)) as m:
+        for layout in ("fsdp-dp2", "fsdp-dp3", "torch"):
+            folder = f"{m}/layouts/{layout}"
+            for name in ("trainer_state.json", "rng_state_0.pth"):
+                with open(src / "checkpoint-3" / name, "rb") as want, open(f"{folder}/{name}", "rb") as got:
+                    assert got.read() == want.read(), (layout, name)
+            assert not any(n.endswith(".distcp") or n == ".metadata" for n in os.listdir(folder)), os.listdir(folder)

@@ -152,6 +152,7 @@ TEST(LiveFolder, NetworkSourceRescansOffTheRequestPath) {
   o.rescan_seconds = 1e-9;
   o.network_source = true;
   auto v = view::View::load(f.src, o);
+  v->start_serving();
   EXPECT_EQ(content_of(*v, at(*v, "/latest")), test::read_file(f.src + "/latest"));
   f.save("global_step5");
   test::write_file(f.src + "/latest", "global_step5");

@@ -136,6 +136,7 @@ TEST(SourceDeadline, AGoneSourceGivesEioNamingTheShardThenRecovers) {
   o.rescan_seconds = 0;
   o.source_timeout_seconds = 0.5;
   auto v = view::View::load(s.src, o);
+  v->start_serving();
   const std::string shard = "/global_step3/" + s.ranks[0];
   const std::string built = "/global_step3_universal/zero/fc1.weight/exp_avg.pt";
   at(*v, shard), at(*v, built);  // looked up (listed) while the source answers

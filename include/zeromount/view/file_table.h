@@ -36,7 +36,7 @@ class FileTable : public pt::ExtentReader {
   // A network source (-o source_timeout=S, issue 40): reads run off the request path, each piece
   // answered within `deadline` or failed with EIO naming the file; while a read the source never
   // answered is still pending below, one read at a time tries it and the others fail at once.
-  // Call before the first read.
+  // Call before the first read of a request (View::start_serving).
   void set_deadline(std::chrono::milliseconds deadline);
   // Reads not answered within the deadline, since the start (.zeromount/stats: source_timeouts).
   uint64_t timeouts() const { return reads_ ? reads_->timeouts() : 0; }

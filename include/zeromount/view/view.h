@@ -64,6 +64,9 @@ class View final : public LiveSource {
   // zm::Error naming the file (and parameter) when a --tag cannot be indexed.
   static std::unique_ptr<View> load(const std::string& source, const ViewOptions& opts = {});
   ~View() override;
+  // Once, by the server, before its first request (after the daemon forked): reads of a network
+  // source get their deadline (-o source_timeout) and its rescans their thread (OffPath).
+  void start_serving() const;
 
   const Tree& tree() const { return tree_; }
   const MountStats& stats() const { return stats_; }
@@ -172,9 +175,9 @@ class View final : public LiveSource {
   // Built files by inode, the least recently used dropped beyond cache_bytes (what their headers and
   // segment tables hold); readers of one file at once wait for one build.
   mutable Memo<uint64_t, pt::VirtualFile, std::numeric_limits<size_t>::max()> built_;
-  // A network source's rescans, off the request path (growth.cpp); last, so that its thread is
-  // joined before what it rescans goes.
-  std::unique_ptr<OffPath> rescans_;
+  // A network source's rescans, off the request path (growth.cpp), made by start_serving; last, so
+  // that its thread is joined before what it rescans goes.
+  mutable std::unique_ptr<OffPath> rescans_;
 };
 
 }  // namespace zm::view

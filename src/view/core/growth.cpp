@@ -232,24 +232,23 @@ std::optional<std::string> View::Folder::follow_latest() const {
   const ViewOptions& o = view.opts_;
   if (!o.network_source) return take_latest(ds::read_latest(real));
   // On a network source every read of SRC/latest is a request: the text read is kept for the rescan
-  // period, and read again off the request path (the first time, at the fill, here): a backend
-  // gone leaves `latest` as it was last read.
+  // period, and read again off the request path, the first time included (the request that asks
+  // after the mount may come during an outage: read here, it waited for the backend's own
+  // timeout). A backend gone leaves `latest` as it was last read.
   const auto at = Clock::now();
-  bool fresh = false, once = false;
+  bool fresh = false;
   {
     std::lock_guard<std::mutex> lock(mu);
     fresh = read_latest_ && at - read_latest_at_ < std::chrono::duration<double>(o.rescan_seconds);
-    once = latest_read_once_;
   }
   const auto read = [this, at] {
     auto text = ds::read_latest(real);
     std::lock_guard<std::mutex> lock(mu);
     read_latest_ = std::move(text);
     read_latest_at_ = at;
-    latest_read_once_ = true;
     return true;
   };
-  if (!fresh) off_path(once ? view.rescans_.get() : nullptr, latest_posted_, read);
+  if (!fresh) off_path(view.rescans_.get(), latest_posted_, read);
   std::optional<std::string> now;
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -132,7 +132,6 @@ class View::Folder final : public CheckpointFolder {
   // A network source's `latest` is read at most every rescan period: the last text read, and when.
   mutable std::optional<std::string> read_latest_;
   mutable Clock::time_point read_latest_at_;
-  mutable bool latest_read_once_ = false;  // by the fill, at the mount: later reads go off the path
 
   // refresh's work: lists the source and shows what is new (under scan_mu, but for the listing).
   bool rescan() const;

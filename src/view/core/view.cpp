@@ -21,11 +21,16 @@ View::View(const ViewOptions& opts, struct timespec mtime)
     : opts_(opts),
       tree_(mtime),
       growth_(std::make_unique<Growth>()),
-      built_(opts.cache_bytes, [](const pt::VirtualFile& f) { return uint64_t(f.memory_bytes()); }) {
-  if (opts.source_timeout_seconds > 0)
-    files_.set_deadline(std::chrono::milliseconds(int64_t(opts.source_timeout_seconds * 1000)));
+      built_(opts.cache_bytes, [](const pt::VirtualFile& f) { return uint64_t(f.memory_bytes()); }) {}
+
+void View::start_serving() const {
+  // After the daemon's fork, before the first request: threads started earlier would be gone in
+  // the child, with their jobs half done. Until then (the load, an export) reads and rescans of a
+  // network source run where they are asked, with no deadline.
+  if (opts_.source_timeout_seconds > 0)
+    files_.set_deadline(std::chrono::milliseconds(int64_t(opts_.source_timeout_seconds * 1000)));
   // A network source's rescans (a listing of SRC, its `latest`) run on a thread of their own.
-  if (opts.network_source) rescans_ = std::make_unique<OffPath>(1);
+  if (opts_.network_source) rescans_ = std::make_unique<OffPath>(1);
 }
 
 View::~View() = default;
