@@ -6,12 +6,13 @@ qwen3moe_small: transformers 5's run-time names); the expected saved tensors are
 numpy from gen_ckpt's ground truth, independently of the C++ interpreter."""
 import json
 import os
+import struct
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import mount
+from conftest import FIXTURES, mount
 from test_browse import read_safetensors
 
 GEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "tools",
@@ -134,3 +135,31 @@ def test_config_json_link_is_followed_and_fifo_is_not_read(tmp_path):
     with mount(str(src)) as mnt:
         names = read_safetensors(os.path.join(mnt, TAG + "_fp32", "model.safetensors"))
         assert "model.layers.0.mlp.experts.gate_up_proj" in names
+
+
+def safetensors_header(path):
+    """Each tensor's dtype and shape as the file's header says them."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"]) for k, v in header.items()}
+
+
+# Real runs of the HF oracle (docs/oracle-results.md, "Weights folders in the saved layout"): a tiny
+# Mixtral (ZeRO-2, fp32) and a tiny Qwen3-MoE (ZeRO-2, bf16) trained by the Trainer with DeepSpeed
+# under transformers 5.12.1. Their checkpoint-2/model.safetensors is the Trainer's own save_pretrained
+# output: the weights folder of the tag beside it must hold the same names, shapes, dtypes and bytes.
+@pytest.mark.parametrize("run,folder,runtime_keys", [("mixtral_z2_fp32", "global_step2_fp32", 21),
+                                                       ("qwen3_moe_z2_bf16", "global_step2_bf16", 25)])
+def test_trainer_moe_runs_equal_the_trainers_own_save(run, folder, runtime_keys):
+    ckpt = os.path.join(FIXTURES, "hf_moe", run, "checkpoint-2")
+    want_path = os.path.join(ckpt, "model.safetensors")
+    with mount(ckpt) as mnt:
+        got_path = os.path.join(mnt, folder, "model.safetensors")
+        assert safetensors_header(got_path) == safetensors_header(want_path)
+        got, want = read_safetensors(got_path), read_safetensors(want_path)
+        differ = [k for k in want if got[k].tobytes() != want[k].tobytes()]
+        assert not differ, differ
+    with mount(ckpt, "-o", "weights_names=runtime") as mnt:
+        assert len(safetensors_header(os.path.join(mnt, folder, "model.safetensors"))) == runtime_keys
