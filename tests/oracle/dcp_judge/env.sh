@@ -1,8 +1,10 @@
-# sourced: common paths
-export ORACLE=${ORACLE:-/tmp/oracle} R=${R:-/tmp/ds-oracle/rootfs}
-export ZM=${ZM:-/work/oracle-out/bin/zeromount} RESULTS=${RESULTS:-/work/oracle-out/results}
-export SHARED_FX=${SHARED_FX:-/work/shared/fixtures/dcp} NEW_FX=${NEW_FX:-/work/oracle-out/fixtures}
-S=/work/oracle-out/scripts
+# sourced: common paths. The scripts' folder, the repository and ../shared beside it; results and new
+# fixtures in a scratch folder (OUT); ZM: a copy of the binary, so that a rebuild does not change it mid-run.
+S="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$S/../../.." && pwd)"
+export ORACLE=${ORACLE:-/tmp/oracle} R=${R:-/tmp/ds-oracle/rootfs} OUT=${OUT:-/tmp/zm-dcp-oracle}
+export ZM=${ZM:-$REPO/build/zeromount} RESULTS=${RESULTS:-$OUT/results}
+export SHARED_FX=${SHARED_FX:-$REPO/../shared/fixtures/dcp} NEW_FX=${NEW_FX:-$OUT/fixtures}
 # chroot views: /fx/shared = shared fixtures (ro bind), /fx/new = new fixtures (ro bind), /zm-mnt/NAME = mounts
 bind_fixtures() {
   mkdir -p "$R/fx/shared" "$R/fx/new"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Extra checks: (1) torchtitan's own load from the mount's <T>_dcp (torchtitan keys beside the fsdp2 ones);
 # (2) negative control through the mount: a damaged source must make the mount's views FAIL.
-. /work/oracle-out/scripts/env.sh; bind_fixtures
+. "$(dirname "$0")/env.sh"; bind_fixtures
 mount_zm torchtitan_ws2_fp32 $SHARED_FX/torchtitan_ws2_fp32/checkpoint
 for w in 2 3; do
   $S/judge.sh "torchtitan_ws2_fp32|step-3_dcp (--layout torchtitan)" /zm-mnt/torchtitan_ws2_fp32/step-3_dcp /fx/shared/torchtitan_ws2_fp32/meta $w --layout torchtitan

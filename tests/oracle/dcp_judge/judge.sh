@@ -2,7 +2,7 @@
 # judge.sh LABEL CANDIDATE(chroot path) META(chroot path) WORLD [judge args...]
 # Runs fsdp2_judge.py in the oracle chroot; appends "LABEL<TAB>W<TAB>VERDICT<TAB>line" to $RESULTS/verdicts.tsv
 set -uo pipefail
-: "${ORACLE:=/tmp/oracle}" "${RESULTS:=/work/oracle-out/results}"
+: "${ORACLE:=/tmp/oracle}" "${RESULTS:=${OUT:-/tmp/zm-dcp-oracle}/results}"
 label=$1 cand=$2 meta=$3 w=$4; shift 4
 mkdir -p "$ORACLE/out/judge" "$RESULTS/json" "$RESULTS/logs"
 safe=$(echo "$label" | tr '/ ' '__')

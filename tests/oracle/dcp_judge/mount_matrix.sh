@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # (b) MNT/<T>_dcp and (c) MNT/layouts/fsdp-dp{1,2,3}, each judged at W = 1, 2, 3
-. /work/oracle-out/scripts/env.sh; bind_fixtures
+. "$(dirname "$0")/env.sh"; bind_fixtures
 FIX="${*:-fsdp2_ws2_fp32 fsdp2_ws3_fp32 torchtitan_ws2_fp32 hf_fsdp_ws2_fp32 fsdp2_ws2_model_only fsdp2_ws2_bf16mixed}"
 for fx in $FIX; do
   mount_zm $fx $SHARED_FX/$fx/checkpoint

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Step 2: make fixtures at W=4/5 with fsdp2_run.py, mount each, read every file, verify <T>_dcp,
 # judge <T>_dcp and layouts/fsdp-dp<W> at W=2 and at the fixture's own W.
-. /work/oracle-out/scripts/env.sh
+. "$(dirname "$0")/env.sh"
 LIST="${*:-fsdp2_ws4_fp32:4:fsdp2 fsdp2_ws5_fp32:5:fsdp2 torchtitan_ws4_fp32:4:torchtitan}"
 for spec in $LIST; do
   IFS=: read name w style <<<"$spec"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """results/readall*.tsv + verify*.tsv -> one Markdown table."""
+import os
 import re
-R = "/work/oracle-out/results/"
+R = os.environ.get("RESULTS", os.environ.get("OUT", "/tmp/zm-dcp-oracle") + "/results") + "/"
 ver = {}
 for line in open(R + "verify.tsv"):
     p = line.rstrip("\n").split("\t")

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """verdicts.tsv -> Markdown tables (fixture x candidate rows, world columns); last verdict per cell wins."""
-import collections, sys
+import collections, os, sys
 rows = collections.OrderedDict()
 fails = []
-for line in open(sys.argv[1] if len(sys.argv) > 1 else "/work/oracle-out/results/verdicts.tsv"):
+for line in open(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "/tmp/zm-dcp-oracle") + "/results/verdicts.tsv"):
     p = line.rstrip("\n").split("\t")
     if len(p) < 4:
         continue

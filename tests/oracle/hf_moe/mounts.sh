@@ -2,7 +2,7 @@
 # host: mount|umount every run under $ORACLE_ROOTFS/zm-mnt: NAME (default: saved names), NAME-s (-o max_shard_size=100KB),
 # NAME-r (-o weights_names=runtime).  mounts.sh mount|umount NAME...
 set -uo pipefail
-: "${ORACLE_ROOTFS:=/tmp/hf-oracle/rootfs}"; : "${RUNS:=/tmp/hf-oracle/work/runs}"; : "${ZM:=/work/hf-out/bin/zeromount}"
+: "${ORACLE_ROOTFS:=/tmp/hf-oracle/rootfs}"; : "${RUNS:=/tmp/hf-oracle/work/runs}"; : "${ZM:=$(cd "$(dirname "$0")/../../.." && pwd)/build/zeromount}"
 op=$1; shift
 for n in "$@"; do
   for v in "" "-s" "-r"; do
