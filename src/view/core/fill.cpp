@@ -99,8 +99,6 @@ void View::mirror(const Folder* f, const std::string& real_dir, uint64_t dir) co
 
 void View::Folder::mirror(const View& view, const Folder* f, const RealListing& listing, uint64_t dir) {
   Tree& tree = view.tree_;  // under Tree::append
-  FileTable& files_ = view.files_;
-  std::atomic<uint64_t>& real_bytes_ = view.real_bytes_;
   for (const RealEntry& e : listing.entries) {
     if (tree.lookup(dir, e.name)) continue;  // shown before: a name keeps its meaning
     const struct stat& st = e.st;
@@ -118,10 +116,10 @@ void View::Folder::mirror(const View& view, const Folder* f, const RealListing& 
         // DeepSpeed rewrites `latest` in place after every save: a live file, so that a rewrite
         // (or a touch) never makes it ESTALE, and it always names a tag the view serves.
         tree.set_access(f->add_latest(tree, st.st_mtim), access_of(st));
-        real_bytes_ += uint64_t(st.st_size);
+        view.real_bytes_ += uint64_t(st.st_size);
       } else if (S_ISREG(st.st_mode)) {
-        const uint64_t ino = add_real_file(tree, files_, dir, e.name, e.path);
-        real_bytes_ += uint64_t(st.st_size);
+        const uint64_t ino = add_real_file(tree, view.files_, dir, e.name, e.path);
+        view.real_bytes_ += uint64_t(st.st_size);
         if (f && f->built)  // after the made-up folders: those that carry such files get it too
           for (const auto& p : providers()) p->add_real(tree, *f, *tree.get(ino));
       } else {  // a read-only view of files serves no FIFO, socket or device: say so once

@@ -28,8 +28,8 @@ bool OffPath::run(std::function<void()> work, std::chrono::milliseconds within, 
   auto job = std::make_shared<Job>();
   job->work = std::move(work);
   std::unique_lock<std::mutex> lock(mu_);
-  // Started at the first job, not with the pool: a View is made before the daemon forks, and
-  // threads do not cross a fork (every job would wait for none).
+  // Started at the first job: a pool that never gets one (a mount nobody reads) holds no threads.
+  // (View::start_serving makes the View's pools after the daemon's fork, which threads do not cross.)
   if (threads_.empty())
     for (size_t k = 0; k < size_; ++k) threads_.emplace_back([this] { work_loop(); });
   queue_.push_back(job);
