@@ -92,138 +92,194 @@ pt::DType lp_dtype(Precision p) {
   return p == Precision::Fp32 ? pt::DType::F32 : p == Precision::Bf16 ? pt::DType::BF16 : pt::DType::F16;
 }
 
-const Node* model_states_pickle(pt::Arena& a, const ModelSource& src, uint32_t rank) {
-  const TagIndex& ix = src.index;
-  const PartitionPlan& plan = src.plan;
-  const TargetLayout& tg = plan.target;
-  const bool zero3 = tg.stage == TargetStage::Zero3;
-  const pt::DType lp = lp_dtype(tg.precision);
-  const uint64_t W = tg.dp;
+namespace {
 
-  // Module tensors by name: trainable ones view one lp storage per group (zero1/2, bf16opt), or
-  // are empty (zero3); frozen ones are cast to lp; buffers are verbatim. The storage is the lp copy
-  // of the masters, which sit in param order; with round robin the views are in flat order.
-  std::unordered_map<std::string_view, const Node*> module_tensors;  // views of the index's names
-  for (const FlatGroup& g : plan.groups) {
-    pt::Tensor base;
-    base.dtype = lp;
-    base.shape = {int64_t(g.padded)};
-    Fill fill{base};
-    uint64_t at = 0;
-    for (size_t j = 0; j < g.params.size(); ++j) {
-      const Param& p = ix.params[g.params[j]];
-      fill.zero((g.offsets[j] - at) * pt::element_size(lp));
-      fill.values(elements(src.map, ix.fragments(p, 0), 0, p.numel, pt::element_size(ix.master_dtype)), ix.master_dtype,
-                  p.numel);
-      at = g.offsets[j] + p.numel;
+// One rank's model-state pickle at the target, made in named steps: the module's tensors by name
+// (the trainable ones, the frozen ones, the buffers, then the shared aliases), the module in the
+// source's key order, param_shapes, and the source's root with the keys DeepSpeed writes per
+// layout replaced.
+class ModelStatesFile {
+ public:
+  ModelStatesFile(pt::Arena& a, const ModelSource& src, uint32_t rank)
+      : a_(a),
+        src_(src),
+        ix_(src.index),
+        plan_(src.plan),
+        rank_(rank),
+        zero3_(src.plan.target.stage == TargetStage::Zero3),
+        lp_(lp_dtype(src.plan.target.precision)),
+        frozen_fragments_(ordered_dict(a)),
+        frozen_shapes_(ordered_dict(a)) {}
+
+  const Node* root() {
+    trainable();
+    frozen();
+    buffers();
+    for (const auto& [alias, canonical] : ix_.shared)
+      if (auto it = tensors_.find(canonical); it != tensors_.end()) tensors_[alias] = it->second;
+    return replaced_root(module(), param_shapes());
+  }
+
+ private:
+  // Trainable tensors: views of one lp storage per flat group (zero1/2, bf16opt), the lp copy of
+  // the masters in param order (with round robin the views are in flat order); empty at ZeRO-3.
+  void trainable() {
+    if (zero3_) {
+      for (const Param& p : ix_.params) tensors_[p.name] = empty();
+      return;
     }
-    fill.zero((g.padded - at) * pt::element_size(lp));
-    const pt::Tensor* storage = a.make_tensor(std::move(base));
-    for (size_t j = 0; j < g.flat.size(); ++j) {
-      const Param& p = ix.params[g.flat[j]];
-      pt::Tensor v;
-      v.dtype = lp;
-      v.shape = p.shape;
-      v.made().storage_of = storage;
-      v.storage_offset = int64_t(g.flat_offsets[j]);
-      module_tensors[p.name] = a.make_tensor_node(std::move(v));
+    for (const FlatGroup& g : plan_.groups) {
+      pt::Tensor base;
+      base.dtype = lp_;
+      base.shape = {int64_t(g.padded)};
+      Fill fill{base};
+      uint64_t at = 0;
+      for (size_t j = 0; j < g.params.size(); ++j) {
+        const Param& p = ix_.params[g.params[j]];
+        fill.zero((g.offsets[j] - at) * pt::element_size(lp_));
+        fill.values(elements(src_.map, ix_.fragments(p, 0), 0, p.numel, pt::element_size(ix_.master_dtype)),
+                    ix_.master_dtype, p.numel);
+        at = g.offsets[j] + p.numel;
+      }
+      fill.zero((g.padded - at) * pt::element_size(lp_));
+      const pt::Tensor* storage = a_.make_tensor(std::move(base));
+      for (size_t j = 0; j < g.flat.size(); ++j) {
+        const Param& p = ix_.params[g.flat[j]];
+        pt::Tensor v;
+        v.dtype = lp_;
+        v.shape = p.shape;
+        v.made().storage_of = storage;
+        v.storage_offset = int64_t(g.flat_offsets[j]);
+        tensors_[p.name] = a_.make_tensor_node(std::move(v));
+      }
     }
   }
-  auto empty = [&] {
-    pt::Tensor t;
-    t.dtype = lp;
-    t.shape = {0};
-    return a.make_tensor_node(std::move(t));
-  };
-  if (zero3)
-    for (const Param& p : ix.params) module_tensors[p.name] = empty();
-  Node* frozen_fragments = ordered_dict(a);
-  Node* frozen_shapes = ordered_dict(a);
-  for (const PlainTensor& f : src.frozen) {
-    const uint64_t n = f.numel(), es = pt::element_size(f.dtype);
-    add(frozen_shapes, a, f.name.c_str(), torch_size(a, f.shape));
-    if (zero3) {
-      module_tensors[f.name] = empty();
-      const uint64_t part = zero3_partition(n, W), valid = valid_on_rank(n, part, rank);
+
+  // Frozen parameters, cast to lp: whole in the module (ZeRO-2 shares that storage with
+  // frozen_param_fragments), or at ZeRO-3 empty there and this rank's partition in the fragments.
+  void frozen() {
+    const uint64_t W = plan_.target.dp;
+    for (const PlainTensor& f : src_.frozen) {
+      const uint64_t n = f.numel(), es = pt::element_size(f.dtype);
+      add(frozen_shapes_, a_, f.name.c_str(), torch_size(a_, f.shape));
       pt::Tensor t;
-      t.dtype = lp;
-      t.shape = {int64_t(part)};
-      Fill fill{t};
-      fill.values(plain_bytes(src.map, f, part * rank * es, valid * es), f.dtype, valid);
-      fill.zero((part - valid) * pt::element_size(lp));
-      add(frozen_fragments, a, f.name.c_str(), a.make_tensor_node(std::move(t)));
-      continue;
+      t.dtype = lp_;
+      if (zero3_) {
+        tensors_[f.name] = empty();
+        const uint64_t part = zero3_partition(n, W), valid = valid_on_rank(n, part, rank_);
+        t.shape = {int64_t(part)};
+        Fill fill{t};
+        fill.values(plain_bytes(src_.map, f, part * rank_ * es, valid * es), f.dtype, valid);
+        fill.zero((part - valid) * pt::element_size(lp_));
+        add(frozen_fragments_, a_, f.name.c_str(), a_.make_tensor_node(std::move(t)));
+        continue;
+      }
+      t.shape = f.shape;
+      Fill{t}.values(plain_bytes(src_.map, f, 0, n * es), f.dtype, n);
+      const Node* node = a_.make_tensor_node(std::move(t));
+      tensors_[f.name] = node;
+      add(frozen_fragments_, a_, f.name.c_str(), node);
     }
+  }
+
+  // Buffers, verbatim. Each ZeRO-3 rank keeps its own: at the source's DP size rank r gets rank
+  // r's; at any other, no target rank is a source rank, and every file gets rank 0's (as ZeRO-1/2
+  // files do).
+  void buffers() {
+    const bool own = zero3_ && plan_.target.dp == uint64_t(ix_.dp) && rank_ < ix_.rank_buffers.size();
+    for (const PlainTensor& b : own ? ix_.rank_buffers[rank_] : ix_.buffers) {
+      pt::Tensor t;
+      t.dtype = b.dtype;
+      t.shape = b.shape;
+      Fill{t}.values(plain_bytes(src_.map, b, 0, b.numel() * pt::element_size(b.dtype)), b.dtype, b.numel());
+      tensors_[b.name] = a_.make_tensor_node(std::move(t));
+    }
+  }
+
+  // 'module': the skeleton's keys in order (it holds only the names above), its _metadata kept.
+  Node* module() const {
+    const ModelSkeleton& skeleton = src_.source;
+    Node* module = ordered_dict(a_);
+    module->state = skeleton.module_metadata;
+    module->entries.reserve(skeleton.module_keys.size());
+    for (std::string_view name : skeleton.module_keys) {
+      auto it = tensors_.find(name);
+      if (it == tensors_.end())
+        throw Error(ix_.dir + ": module entry '" + std::string(name) +
+                        "' is neither a parameter, a frozen parameter nor a buffer of the index",
+                    EIO);
+      module->entries.emplace_back(a_.make_str(std::string(name)), it->second);
+    }
+    return module;
+  }
+
+  // param_shapes: one ordered dict per flat group (in flat order) or ZeRO-3 sub-group.
+  Node* param_shapes() const {
+    Node* shapes = build::list(a_, {});
+    auto shape_dict = [&](const std::vector<uint32_t>& params) {
+      Node* d = ordered_dict(a_);
+      for (uint32_t k : params) add(d, a_, ix_.params[k].name.c_str(), torch_size(a_, ix_.params[k].shape));
+      shapes->items.push_back(d);
+    };
+    for (const FlatGroup& g : plan_.groups) shape_dict(g.flat);
+    for (const SubGroup& s : plan_.sub_groups) shape_dict(s.params);
+    return shapes;
+  }
+
+  // The source's root in its key order, each key DeepSpeed writes per layout made for the target.
+  Node* replaced_root(const Node* module, const Node* shapes) const {
+    Node* parallel_dimensions = build::dict(a_);  // a parallel source is presented merged
+    add(parallel_dimensions, a_, "pp_degree", a_.make_int(1));
+    add(parallel_dimensions, a_, "tp_degree", a_.make_int(1));
+    const bool keeps_frozen = plan_.target.stage == TargetStage::Zero2 || zero3_;
+    Node* root = build::dict(a_);
+    for (const auto& [k, v] : src_.source.root->entries) {
+      const std::string_view key = k->kind == Kind::Str ? std::string_view(k->s) : std::string_view();
+      const Node* out = v;
+      if (key == "module")
+        out = module;
+      else if (key == "param_shapes")
+        out = shapes;
+      else if (key == "frozen_param_shapes")
+        out = keeps_frozen ? frozen_shapes_ : build::none(a_);
+      else if (key == "frozen_param_fragments")
+        out = keeps_frozen ? frozen_fragments_ : build::none(a_);
+      else if (key == "shared_params" && zero3_ && rank_ != 0)
+        out = build::dict(a_);
+      else if (key == "dp_world_size")
+        out = a_.make_int(int64_t(plan_.target.dp));
+      else if (key == "mp_world_size")
+        out = a_.make_int(1);
+      else if (key == "checkpoint_parallel_dimensions")
+        out = parallel_dimensions;
+      root->entries.emplace_back(k, out);
+    }
+    return root;
+  }
+
+  const Node* empty() const {
     pt::Tensor t;
-    t.dtype = lp;
-    t.shape = f.shape;
-    Fill{t}.values(plain_bytes(src.map, f, 0, n * es), f.dtype, n);
-    const Node* node = a.make_tensor_node(std::move(t));
-    module_tensors[f.name] = node;
-    add(frozen_fragments, a, f.name.c_str(), node);  // zero2 shares the module's storage
-  }
-  // Each ZeRO-3 rank keeps its own buffers: at the source's DP size rank r gets rank r's; at any
-  // other, no target rank is a source rank, and every file gets rank 0's (as ZeRO-1/2 files do).
-  const bool own_buffers = zero3 && W == uint64_t(ix.dp) && rank < ix.rank_buffers.size();
-  for (const PlainTensor& b : own_buffers ? ix.rank_buffers[rank] : ix.buffers) {
-    pt::Tensor t;
-    t.dtype = b.dtype;
-    t.shape = b.shape;
-    Fill{t}.values(plain_bytes(src.map, b, 0, b.numel() * pt::element_size(b.dtype)), b.dtype, b.numel());
-    module_tensors[b.name] = a.make_tensor_node(std::move(t));
-  }
-  for (const auto& [alias, canonical] : ix.shared)
-    if (auto it = module_tensors.find(canonical); it != module_tensors.end()) module_tensors[alias] = it->second;
-
-  const ModelSkeleton& skeleton = src.source;  // its module holds only the names above
-  Node* module = ordered_dict(a);
-  module->state = skeleton.module_metadata;
-  module->entries.reserve(skeleton.module_keys.size());
-  for (std::string_view name : skeleton.module_keys) {
-    auto it = module_tensors.find(name);
-    if (it == module_tensors.end())
-      throw Error(ix.dir + ": module entry '" + std::string(name) +
-                      "' is neither a parameter, a frozen parameter nor a buffer of the index",
-                  EIO);
-    module->entries.emplace_back(a.make_str(std::string(name)), it->second);
+    t.dtype = lp_;
+    t.shape = {0};
+    return a_.make_tensor_node(std::move(t));
   }
 
-  Node* shapes = build::list(a, {});
-  auto shape_dict = [&](const std::vector<uint32_t>& params) {
-    Node* d = ordered_dict(a);
-    for (uint32_t k : params) add(d, a, ix.params[k].name.c_str(), torch_size(a, ix.params[k].shape));
-    shapes->items.push_back(d);
-  };
-  for (const FlatGroup& g : plan.groups) shape_dict(g.flat);
-  for (const SubGroup& s : plan.sub_groups) shape_dict(s.params);
+  pt::Arena& a_;
+  const ModelSource& src_;
+  const TagIndex& ix_;
+  const PartitionPlan& plan_;
+  const uint32_t rank_;
+  const bool zero3_;
+  const pt::DType lp_;
+  std::unordered_map<std::string_view, const Node*> tensors_;  // views of the index's names
+  Node* frozen_fragments_;
+  Node* frozen_shapes_;
+};
 
-  Node* parallel_dimensions = build::dict(a);
-  add(parallel_dimensions, a, "pp_degree", a.make_int(1));
-  add(parallel_dimensions, a, "tp_degree", a.make_int(1));
-  const bool keeps_frozen = tg.stage == TargetStage::Zero2 || zero3;
-  Node* root = build::dict(a);
-  for (const auto& [k, v] : skeleton.root->entries) {
-    const std::string_view key = k->kind == Kind::Str ? std::string_view(k->s) : std::string_view();
-    const Node* out = v;
-    if (key == "module")
-      out = module;
-    else if (key == "param_shapes")
-      out = shapes;
-    else if (key == "frozen_param_shapes")
-      out = keeps_frozen ? frozen_shapes : build::none(a);
-    else if (key == "frozen_param_fragments")
-      out = keeps_frozen ? frozen_fragments : build::none(a);
-    else if (key == "shared_params" && zero3 && rank != 0)
-      out = build::dict(a);
-    else if (key == "dp_world_size")
-      out = a.make_int(int64_t(W));
-    else if (key == "mp_world_size")
-      out = a.make_int(1);
-    else if (key == "checkpoint_parallel_dimensions")  // a parallel source is presented merged
-      out = parallel_dimensions;
-    root->entries.emplace_back(k, out);
-  }
-  return root;
+}  // namespace
+
+const Node* model_states_pickle(pt::Arena& a, const ModelSource& src, uint32_t rank) {
+  return ModelStatesFile(a, src, rank).root();
 }
 
 }  // namespace zm::ds

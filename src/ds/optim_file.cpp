@@ -11,23 +11,6 @@ namespace build = pt::build;
 using pt::Kind;
 using pt::Node;
 
-const Node* step_value_node(pt::Arena& a, const StepValue& v, const ExtentMap& map) {
-  switch (v.kind) {
-    case StepValue::Tensor: {
-      pt::VirtualFile bytes;
-      bytes.append_extent(map(v.extent));
-      return build::tensor(a, v.dtype, v.shape, std::move(bytes));
-    }
-    case StepValue::Int:
-      return a.make_int(v.i);
-    case StepValue::Float:
-      return build::real(a, v.f);
-    case StepValue::None:
-      break;
-  }
-  return build::none(a);
-}
-
 namespace {
 
 // deepspeed.runtime.zero.config.ZeroStageEnum(stage), as optimizer-state files hold it.
@@ -123,9 +106,8 @@ class OptimFile {
     Node* d = build::dict(a_);
     if (!ix_.has_state()) return d;
     const Param& first = ix_.params.at(first_param);
-    const auto& values = ix_.scalars.at(size_t(first.step));
-    for (size_t k = 0; k < values.size(); ++k)
-      if (values[k].kind != StepValue::None) build::add(d, a_, ix_.scalar_names[k], value(values[k]));
+    for (size_t k = 0; k < ix_.scalar_names.size(); ++k)
+      if (const StepValue* v = ix_.value(first.step, k)) build::add(d, a_, ix_.scalar_names[k], value(*v));
     for (size_t k = 1; k < ix_.state_names.size(); ++k)
       if (const Node* t = ix_.has(first, k) ? tensor(k) : nullptr) build::add(d, a_, ix_.state_names[k], t);
     return d;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "zeromount/ds/tp_param.h"
+#include "zeromount/pt/build.h"
 #include "zeromount/pt/error.h"
 
 namespace zm::ds {
@@ -68,6 +69,23 @@ void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentM
     if (s.kind == pt::Segment::Computed && s.start < cut && s.start + s.length > cut)
       throw Error(p.name + ": a computed merge with a vocabulary cut is not supported", EIO);
   f.append(whole, 0, cut);
+}
+
+const pt::Node* step_value_node(pt::Arena& a, const StepValue& v, const ExtentMap& map) {
+  switch (v.kind) {
+    case StepValue::Tensor: {
+      pt::VirtualFile bytes;
+      bytes.append_extent(map(v.extent));
+      return pt::build::tensor(a, v.dtype, v.shape, std::move(bytes));
+    }
+    case StepValue::Int:
+      return a.make_int(v.i);
+    case StepValue::Float:
+      return pt::build::real(a, v.f);
+    case StepValue::None:
+      break;
+  }
+  return pt::build::none(a);
 }
 
 }  // namespace zm::ds

@@ -77,11 +77,15 @@ std::vector<Fragment> TagIndex::fragments(const Param& p, size_t state, uint64_t
   return out;
 }
 
+const StepValue* TagIndex::value(int64_t g, size_t k) const {
+  if (g < 0 || size_t(g) >= scalars.size() || k >= scalars[size_t(g)].size()) return nullptr;
+  const StepValue& v = scalars[size_t(g)][k];
+  return v.kind == StepValue::None ? nullptr : &v;
+}
+
 const StepValue* TagIndex::step(size_t s) const {
   const auto it = std::find(scalar_names.begin(), scalar_names.end(), "step");
-  if (it == scalar_names.end() || s >= scalars.size() || scalars[s].empty()) return nullptr;
-  const StepValue& v = scalars[s].at(size_t(it - scalar_names.begin()));
-  return v.kind == StepValue::None ? nullptr : &v;
+  return it == scalar_names.end() ? nullptr : value(int64_t(s), size_t(it - scalar_names.begin()));
 }
 
 const StepValue* TagIndex::run_step() const {

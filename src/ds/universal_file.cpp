@@ -103,8 +103,8 @@ const Node* optimizer_state_pickle(pt::Arena& a, const TagIndex& ix, const Exten
   for (size_t s = 0; s < ix.scalars.size() && ix.has_state(); ++s) {
     Node* entry = build::dict(a);
     for (size_t k = 0; k < ix.scalar_names.size(); ++k)
-      if (ix.scalars[s][k].kind != StepValue::None)  // a value this group keeps
-        build::add(entry, a, ix.scalar_names[k].c_str(), step_value_node(a, ix.scalars[s][k], map));
+      if (const StepValue* v = ix.value(int64_t(s), k))
+        build::add(entry, a, ix.scalar_names[k].c_str(), step_value_node(a, *v, map));
     if (!ix.step(s)) build::add(entry, a, "step", build::none(a));
     state->entries.emplace_back(a.make_int(int64_t(s)), entry);
   }
@@ -113,6 +113,20 @@ const Node* optimizer_state_pickle(pt::Arena& a, const TagIndex& ix, const Exten
   build::add(osd, a, "param_groups", ix.param_groups);
   build::add(root, a, "optimizer_state_dict", osd);
   return root;
+}
+
+std::vector<UniversalParamFile> universal_param_files(const TagIndex& ix, const Param& p) {
+  std::vector<UniversalParamFile> out;
+  for (size_t k = 0; k < ix.state_names.size(); ++k)
+    if (ix.has(p, k)) out.push_back({UniversalParamFile::State, k});
+  if (ix.parallel() && ix.stage == 3) return out;  // as the converter [tp §6]
+  for (size_t k = 0; k < ix.scalar_names.size(); ++k)
+    if (ix.value(p.step, k)) out.push_back({UniversalParamFile::Value, k});
+  return out;
+}
+
+std::string universal_file_name(const TagIndex& ix, const UniversalParamFile& f) {
+  return (f.kind == UniversalParamFile::State ? ix.state_names.at(f.k) : ix.scalar_names.at(f.k)) + ".pt";
 }
 
 }  // namespace zm::ds

@@ -19,6 +19,11 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
+std::string fixture_latest(const std::string& fixture) {
+  const std::string t = read_file(kFixtures + "/" + fixture + "/checkpoint/latest");
+  return t.substr(0, t.find_last_not_of(" \n") + 1);
+}
+
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), std::streamsize(bytes.size()));

@@ -13,6 +13,8 @@ inline const std::vector<std::string> kFixtureNames = {"z1_ws2_fp32_pg2", "z2_ws
                                                        "z3_ws2_fp32_pg2_sg200"};
 
 std::string read_file(const std::string& path);
+// The tag tests/fixtures/<fixture>/checkpoint/latest names.
+std::string fixture_latest(const std::string& fixture);
 void write_file(const std::string& path, const std::string& bytes);
 std::string temp_dir();  // fresh, under TMPDIR
 // A copy of tests/fixtures/<what> (a file or a whole folder) at `to`, for a test that changes it.

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "zeromount/view/view.h"
 
@@ -27,6 +28,13 @@ inline const view::Inode& at(const view::View& v, const std::string& path) {
   const view::Inode* n = find(v, path);
   if (!n) throw std::runtime_error("no " + path);
   return *n;
+}
+
+// A folder's names as a listing shows them, after "." and "..".
+inline std::vector<std::string> listing(const view::View& v, const view::Inode& dir) {
+  std::vector<std::string> names;
+  for (auto e = v.dir_entry(dir, 2); e; e = v.dir_entry(dir, e->next)) names.emplace_back(e->name);
+  return names;
 }
 
 // A file's whole content, read through an OpenFile.

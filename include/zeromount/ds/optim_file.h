@@ -12,10 +12,6 @@
 
 namespace zm::ds {
 
-// A per-group value ('step', ...) as the source stored it: a tensor (its own storage, read through
-// `map`), an int, a float or None.
-const pt::Node* step_value_node(pt::Arena& a, const StepValue& v, const ExtentMap& map);
-
 // What an optimizer-state file of the target is made from.
 struct OptimSource {
   const TagIndex& index;

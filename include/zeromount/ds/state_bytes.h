@@ -22,4 +22,8 @@ void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentM
 // The same cut to p.shape (p.numel elements: a vocabulary cut is a prefix), appended to `f`.
 void state_bytes(const TagIndex& ix, const Param& p, size_t state, const ExtentMap& map, pt::VirtualFile& f);
 
+// A per-group value ('step', ...) as the source stored it: a tensor (its own storage, read through
+// `map`), an int, a float or None.
+const pt::Node* step_value_node(pt::Arena& a, const StepValue& v, const ExtentMap& map);
+
 }  // namespace zm::ds

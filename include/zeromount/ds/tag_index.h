@@ -193,6 +193,9 @@ struct TagIndex : OptimizerGlobals {
   bool has(const Param& p, size_t k) const { return group_has(size_t(p.group), k); }
   bool whole(size_t k) const { return k < whole_states.size() && whole_states[k]; }
   std::vector<Param> params;
+  // Per-group value scalar_names[k] of group (or sub-group) g: nullptr where that group keeps none
+  // (a Muon group's 'step', a source that never stepped, g < 0: a parameter outside the optimizer).
+  const StepValue* value(int64_t g, size_t k) const;
   // 'step' of group (or sub-group) s; nullptr when the optimizer (or that group) keeps none.
   const StepValue* step(size_t s) const;
   // The run's step count: the first group's 'step' (a Muon group keeps none); nullptr if none has.

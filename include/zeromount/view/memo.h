@@ -19,6 +19,9 @@ namespace zm::view {
 // dropped while still being made or held by a reader (they live on until those let go).
 struct MemoWeight {
   std::atomic<uint64_t> bytes{0}, entries{0}, evicted_in_use{0};
+  // Plans made while their thread held a tree's exclusive lock: 0 while LazyDir::prepare makes
+  // them first (a plan made there would stall every lookup and listing of the mount).
+  std::atomic<uint64_t> made_under_tree_lock{0};
 };
 // What a plan may keep, all its kind's plans together (eight layout
 // targets of a 20,000-parameter source fit in 64 MiB).
@@ -37,13 +40,13 @@ inline MemoWeight& plan_weight() {
 }
 
 // Values by key, computed once however many threads ask at the same time; the `Keep` most
-// recently used are kept, and with a `Budget` (bytes) no more than that weight: a value's weight is
-// V::bytes() when it is made, and the least recently used values go until the rest fit (the newest
-// is always kept: one value larger than the budget is made and served, then replaced). A budget
-// known only at run time (ViewOptions::cache_bytes) comes with its own weight function instead, and
-// is one even at 0 (only the newest kept). A computation that fails is not kept: the next reader
-// tries again.
-template <typename Key, typename V, size_t Keep, uint64_t Budget = 0>
+// recently used are kept, and with a budget (bytes, given with a weight function) no more than
+// that weight: a value's weight is taken when it is made, and the least recently used values go
+// until the rest fit (the newest is always kept: one value larger than the budget is made and
+// served, then replaced; a budget of 0 keeps only the newest). A computation that fails is not
+// kept: the next reader tries again. A Memo has one owner (the View, or the folder that uses it),
+// which outlives every key it holds.
+template <typename Key, typename V, size_t Keep>
 class Memo {
  public:
   using Weigh = uint64_t (*)(const V&);
@@ -120,9 +123,7 @@ class Memo {
 
   uint64_t weigh(const std::shared_ptr<const V>& v) const {
     if (!v) return 0;
-    if (weigh_) return weigh_(*v);
-    if constexpr (Budget > 0) return v->bytes();
-    return 0;
+    return weigh_ ? weigh_(*v) : 0;
   }
   void account(int64_t bytes, int64_t entries) {
     if (!weight_) return;
@@ -148,15 +149,15 @@ class Memo {
     }
   }
 
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // a leaf (lock order: src/view/core/growth.h)
   std::list<Entry> kept_;  // most recently used first
   std::map<Key, Iter> at_;
   uint64_t made_ = 0;
   uint64_t bytes_ = 0;
   uint64_t evicted_in_use_ = 0;
   MemoWeight* weight_;
-  uint64_t budget_ = Budget;
-  bool bounded_ = Budget > 0;
+  uint64_t budget_ = 0;
+  bool bounded_ = false;
   Weigh weigh_ = nullptr;
 };
 

@@ -81,20 +81,32 @@ class CheckpointFolder {
 void copy_real_entries(Tree& tree, const CheckpointFolder& folder, uint64_t parent,
                        const std::function<bool(const Inode&)>& keep);
 
+class DcpPlans;  // files/dcp_files.h
+// A View's DCP plan cache, which it owns and hands to providers (defined with the plans).
+std::shared_ptr<const DcpPlans> make_dcp_plans();
+
 class ProviderContext {
  public:
   // `building`: the folder's made-up entries are being made for the first time; false when a tag
   // indexed later is added (then add_folder is not called again, and add_tag must extend what
   // add_folder made).
   ProviderContext(Tree& tree, FileTable& files, const ViewOptions& opts, const LiveSource& live,
-                  const CheckpointFolder& folder, bool building)
-      : tree_(tree), files_(files), opts_(opts), live_(live), folder_(folder), building_(building) {}
+                  const CheckpointFolder& folder, std::shared_ptr<const DcpPlans> dcp_plans, bool building)
+      : tree_(tree),
+        files_(files),
+        opts_(opts),
+        live_(live),
+        folder_(folder),
+        dcp_plans_(std::move(dcp_plans)),
+        building_(building) {}
 
   Tree& tree() { return tree_; }
   FileTable& files() { return files_; }
   const ViewOptions& options() const { return opts_; }
   const LiveSource& live() const { return live_; }
   const CheckpointFolder& folder() const { return folder_; }
+  // The View's DCP plans, for every DCP folder a provider makes.
+  const std::shared_ptr<const DcpPlans>& dcp_plans() const { return dcp_plans_; }
   uint64_t dir() const { return folder_.ino(); }
   // The folder's own mtime: what its made-up entries show.
   struct timespec mtime() const {
@@ -137,6 +149,7 @@ class ProviderContext {
   const ViewOptions& opts_;
   const LiveSource& live_;
   const CheckpointFolder& folder_;
+  std::shared_ptr<const DcpPlans> dcp_plans_;
   bool building_;
 };
 

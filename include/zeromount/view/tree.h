@@ -66,6 +66,11 @@ using CallerBuilder = std::function<pt::VirtualFile(const Caller&)>;
 class LazyDir {
  public:
   virtual ~LazyDir() = default;
+  // Before make(name), holding no lock of the tree: makes what make() will need that costs (a
+  // partition plan: a model-state decode, O(params)), so that every other lookup and listing goes
+  // on meanwhile instead of waiting on the tree's exclusive lock. make() must still be right when
+  // prepare made nothing (a plan evicted in between is made again there). Errors are make()'s.
+  virtual void prepare(std::string_view name) const {}
   // Makes entry `name` of folder `dir` (and whatever it holds) if the name is valid: its inode,
   // or 0 for "no such entry".
   virtual uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const = 0;
@@ -224,6 +229,9 @@ class Tree {
     Reading lock(*this);
     return files_;
   }
+  // Whether this thread holds some tree's exclusive lock (Tree::append, LazyDir::make): what a
+  // plan counts to show it was made before that lock (LazyDir::prepare).
+  static bool exclusive_here();
 
  private:
   uint64_t add(uint64_t parent, const std::string& name, std::unique_ptr<Inode> n, bool listed);
@@ -247,7 +255,7 @@ class Tree {
   std::list<uint64_t> made_;  // what LazyDirs made, oldest first
   uint64_t next_ = 1;
   size_t files_ = 0;
-  mutable std::shared_mutex mu_;
+  mutable std::shared_mutex mu_;  // lock order: src/view/core/growth.h
 };
 
 }  // namespace zm::view

@@ -172,6 +172,8 @@ class View final : public LiveSource {
   // What changes while mounted: the folders and their tags (appended only), latest, errors, read counters.
   std::unique_ptr<Growth> growth_;
 
+  // The DCP folders' plans (ProviderContext::dcp_plans): the View's own, as its tags are.
+  std::shared_ptr<const DcpPlans> dcp_plans_ = make_dcp_plans();
   // Built files by inode, the least recently used dropped beyond cache_bytes (what their headers and
   // segment tables hold); readers of one file at once wait for one build.
   mutable Memo<uint64_t, pt::VirtualFile, std::numeric_limits<size_t>::max()> built_;

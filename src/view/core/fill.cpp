@@ -90,7 +90,7 @@ void View::Folder::add_run(Tree& tree) const {
 }
 
 ProviderContext View::Folder::context(Tree& tree, bool building) const {
-  return ProviderContext(tree, view.files_, view.opts_, view, *this, building);
+  return ProviderContext(tree, view.files_, view.opts_, view, *this, view.dcp_plans_, building);
 }
 
 void View::mirror(const Folder* f, const std::string& real_dir, uint64_t dir) const {

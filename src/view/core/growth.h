@@ -12,11 +12,15 @@
 //                      indexing, appending. Under it: a folder below's scan_mu by try_lock only
 //                      (forget_deleted), Tree::mu_ (exclusive: Tree::append), Growth::mu, Folder::mu,
 //                      the leaves, and what indexing takes (the index cache's files; no view lock).
+//   LazyDir::prepare   before a lookup takes Tree::mu_, holding no lock of the tree: makes the plans
+//                      make() needs (Memo::mu_, then the plan's own work: FileTable), so that a
+//                      first layouts/<target> lookup stalls no other lookup or listing.
 //   Tree::mu_          the tree: shared for lookups, exclusive for appends and LazyDir::make (the
 //                      holding thread's own lookups do not lock again). Under it, exclusive:
-//                      Folder::mu (is_tag, refuse_entry, take_latest), Growth::mu, a LazyDir's plans
-//                      (Memo::mu_, then the plan's own work: FileTable), the leaves. Never fill_mu or
-//                      scan_mu: a lookup rescans (View::refresh) before it locks the tree.
+//                      Folder::mu (is_tag, refuse_entry, take_latest), Growth::mu, the leaves; a plan
+//                      make() finds evicted since prepare, or one a tag indexed after the mount needs
+//                      (Targets::add, under Tree::append), is made here. Never fill_mu or scan_mu: a
+//                      lookup rescans (View::refresh) before it locks the tree.
 //   Growth::mu         the folder map, counters, readers. Under it: Folder::mu in stats_text and
 //                      errors_text (one at a time), nothing else (folder_of reads the tree first).
 //   Folder::mu         a folder's tag sets, errors and `latest`. Under it: nothing.

@@ -22,6 +22,10 @@ class Appending {
 };
 }  // namespace
 
+bool Tree::exclusive_here() {
+  return t_appending != nullptr;
+}
+
 Tree::Reading::Reading(const Tree& t) : locked_(t_appending == &t ? nullptr : &t) {
   if (locked_) locked_->mu_.lock_shared();
 }
@@ -236,11 +240,13 @@ const Inode* Tree::lookup(uint64_t parent, std::string_view name, bool ref) cons
     if (const Inode* n = find(*p, name)) return held(n);
     return held(p->folder().lazy ? make_lazy(*p, name) : nullptr);
   }
+  std::shared_ptr<const LazyDir> lazy;
   {
     std::shared_lock lock(mu_);
     if (const Inode* n = find(*p, name)) return held(n);
-    if (!p->folder().lazy) return nullptr;
+    if (!(lazy = p->folder().lazy)) return nullptr;
   }
+  lazy->prepare(name);  // what costs, made holding no tree lock
   std::unique_lock lock(mu_);
   Appending mark(this);
   if (const Inode* n = find(*p, name)) return held(n);  // made by another thread meanwhile

@@ -117,9 +117,10 @@ DcpPlan::DcpPlan(const MountedTag& t, DcpShape shape) : tag_(&t) {
         for (uint32_t k = 1; k < ix.state_names.size(); ++k)
           if (ix.has(param, k))  // a Muon group keeps momentum_buffer, the other Adam's moments
             add(Entry::State, tensor({Source::State, p, k}, ix.master_dtype, param.shape), p, k);
-        for (uint32_t k = 0; k < ix.scalar_names.size() && param.step >= 0; ++k) {
-          const ds::StepValue& v = ix.scalars.at(size_t(param.step)).at(k);
-          if (v.kind == ds::StepValue::None) continue;
+        for (uint32_t k = 0; k < ix.scalar_names.size(); ++k) {
+          const ds::StepValue* kept = ix.value(param.step, k);
+          if (!kept) continue;
+          const ds::StepValue& v = *kept;
           // Kept whole, as stored ('step' is a 0-d tensor for torch's Adam, a number for others).
           add(Entry::Scalar,
               object({Source::Scalar, p, k}, v.kind == ds::StepValue::Tensor ? &v.shape : nullptr, v.dtype), p, k);
@@ -297,31 +298,35 @@ pt::VirtualFile DcpPlan::build(size_t file) const {
 
 namespace {
 
-// The plans of the DCP folders looked into last, process-wide: anyone may look up any number of
-// them, so the tree keeps how to make a plan again, never the plan.
-std::shared_ptr<const DcpPlan> plan_of(const MountedTag& t, DcpShape shape) {
-  static Memo<std::pair<const MountedTag*, DcpShape>, DcpPlan, 8, kPlanBudget> memo(&plan_weight());
-  return memo.get({&t, shape}, [&] { return std::make_shared<const DcpPlan>(t, shape); });
-}
-
+// A DCP folder. Anyone may look up any number of them, so the tree keeps how to make a plan again
+// (the View's DcpPlans), never the plan.
 class DcpDir final : public LazyDir {
  public:
-  DcpDir(const MountedTag& t, DcpShape shape, struct timespec mtime) : tag_(&t), shape_(shape), mtime_(mtime) {}
+  DcpDir(std::shared_ptr<const DcpPlans> plans, const MountedTag& t, DcpShape shape, struct timespec mtime)
+      : plans_(std::move(plans)), tag_(&t), shape_(shape), mtime_(mtime) {}
+  void prepare(std::string_view name) const override {
+    if (name != ".metadata") return;  // a data file is named from its rank alone
+    try {
+      plans_->get(*tag_, shape_);
+    } catch (const Error&) {  // make() fails the lookup with the reason
+    }
+  }
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
     const MountedTag* t = tag_;
     const DcpShape shape = shape_;
+    const std::shared_ptr<const DcpPlans> plans = plans_;
     if (name == ".metadata") {
-      const auto plan = plan_of(*t, shape);
+      const auto plan = plans->get(*t, shape);
       return tree.add_file(
-          dir, std::string(name), mtime_, [t, shape] { return DcpPlan::metadata(plan_of(*t, shape)); },
+          dir, std::string(name), mtime_, [plans, t, shape] { return DcpPlan::metadata(plans->get(*t, shape)); },
           plan->metadata_size(), false);
     }
     // The rank is read off the name: a lookup costs the same at any W.
     const std::optional<int> r = pt::dcp::data_file_rank(name);
     if (!r || *r >= files()) return 0;
     return tree.add_file(
-        dir, std::string(name), mtime_, [t, shape, r = *r] { return plan_of(*t, shape)->build(size_t(r)); },
-        [t, shape, r = *r] { return plan_of(*t, shape)->file_size(size_t(r)); }, false);
+        dir, std::string(name), mtime_, [plans, t, shape, r = *r] { return plans->get(*t, shape)->build(size_t(r)); },
+        [plans, t, shape, r = *r] { return plans->get(*t, shape)->file_size(size_t(r)); }, false);
   }
   uint64_t listed() const override { return uint64_t(files()) + 1; }
   std::string listed_name(uint64_t k) const override {
@@ -330,6 +335,7 @@ class DcpDir final : public LazyDir {
 
  private:
   int files() const { return std::max(shape_.world, 1); }
+  std::shared_ptr<const DcpPlans> plans_;
   const MountedTag* tag_;
   DcpShape shape_;
   struct timespec mtime_;
@@ -337,8 +343,20 @@ class DcpDir final : public LazyDir {
 
 }  // namespace
 
-std::shared_ptr<const LazyDir> make_dcp_dir(const MountedTag& t, DcpShape shape, struct timespec mtime) {
-  return std::make_shared<DcpDir>(t, shape, mtime);
+std::shared_ptr<const DcpPlan> DcpPlans::get(const MountedTag& t, DcpShape shape) const {
+  return memo_.get({&t, shape}, [&] {
+    if (Tree::exclusive_here()) plan_weight().made_under_tree_lock.fetch_add(1, std::memory_order_relaxed);
+    return std::make_shared<const DcpPlan>(t, shape);
+  });
+}
+
+std::shared_ptr<const DcpPlans> make_dcp_plans() {
+  return std::make_shared<const DcpPlans>();
+}
+
+std::shared_ptr<const LazyDir> make_dcp_dir(std::shared_ptr<const DcpPlans> plans, const MountedTag& t,
+                                            DcpShape shape, struct timespec mtime) {
+  return std::make_shared<DcpDir>(std::move(plans), t, shape, mtime);
 }
 
 }  // namespace zm::view

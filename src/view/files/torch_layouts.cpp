@@ -38,15 +38,15 @@ bool torch_layout_keeps(const Inode& real) {
 }
 
 void add_torch_layout(Tree& tree, uint64_t dir, const MountedTag& t, TorchLayout layout, uint64_t max_shard_bytes,
-                      struct timespec mtime) {
+                      const std::shared_ptr<const DcpPlans>& plans, struct timespec mtime) {
   if (layout.fsdp_world > 0) {  // Accelerate's save_fsdp_model / save_fsdp_optimizer, SHARDED_STATE_DICT
     DcpShape model, optimizer;
     model.world = optimizer.world = layout.fsdp_world;
     model.optimizer = false;
     optimizer.model = false;
-    tree.set_lazy(tree.add_dir(dir, "pytorch_model_fsdp_0", mtime), make_dcp_dir(t, model, mtime));
+    tree.set_lazy(tree.add_dir(dir, "pytorch_model_fsdp_0", mtime), make_dcp_dir(plans, t, model, mtime));
     if (t.index->optimizer_saved)  // a model-only save has none to give
-      tree.set_lazy(tree.add_dir(dir, "optimizer_0", mtime), make_dcp_dir(t, optimizer, mtime));
+      tree.set_lazy(tree.add_dir(dir, "optimizer_0", mtime), make_dcp_dir(plans, t, optimizer, mtime));
     return;
   }
   const MountedTag* tag = &t;
@@ -81,9 +81,9 @@ pt::VirtualFile torch_optimizer_file(const MountedTag& t) {
       ids.push_back(id);
       if (!ix.has_state()) continue;  // before its first step a torch optimizer's state is {}
       Node* s = build::dict(a);
-      for (size_t k = 0; k < ix.scalar_names.size() && param.step >= 0; ++k)  // 'step' first, as torch's Adam
-        if (const ds::StepValue& v = ix.scalars.at(size_t(param.step)).at(k); v.kind != ds::StepValue::None)
-          build::add(s, a, ix.scalar_names[k], ds::step_value_node(a, v, map));
+      for (size_t k = 0; k < ix.scalar_names.size(); ++k)  // 'step' first, as torch's Adam
+        if (const ds::StepValue* v = ix.value(param.step, k))
+          build::add(s, a, ix.scalar_names[k], ds::step_value_node(a, *v, map));
       for (size_t k = 1; k < ix.state_names.size(); ++k) {
         if (!ix.has(param, k)) continue;  // a Muon group keeps momentum_buffer, the other Adam's moments
         pt::VirtualFile whole;

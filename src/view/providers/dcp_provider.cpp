@@ -27,7 +27,7 @@ class DcpProvider final : public Provider {
     DcpShape shape;
     shape.torchtitan = true;
     shape.optimizer = tag.index->optimizer_saved;  // a model-only save: the model keys alone
-    cx.tree().set_lazy(d, make_dcp_dir(tag, shape, cx.mtime()));
+    cx.tree().set_lazy(d, make_dcp_dir(cx.dcp_plans(), tag, shape, cx.mtime()));
   }
 };
 

@@ -35,7 +35,11 @@ class Plans {
   static constexpr size_t kKeep = 8;
   // Throws zm::Error when the source cannot be presented at `target`.
   std::shared_ptr<const LayoutTag> get(const MountedTag& tag, const ds::TargetLayout& target) const {
-    return memo_.get({&tag, ds::target_name(target)}, [&] { return std::make_shared<const LayoutTag>(tag, target); });
+    return memo_.get({&tag, ds::target_name(target)}, [&] {
+      // Counted for the test that plans are made before the tree's exclusive lock (LazyDir::prepare).
+      if (Tree::exclusive_here()) plan_weight().made_under_tree_lock.fetch_add(1, std::memory_order_relaxed);
+      return std::make_shared<const LayoutTag>(tag, target);
+    });
   }
   // A target is served whole or not at all: every tag has its plan, or zm::Error names why not.
   // The listing, a lookup and a tag indexed after the mount all decide here.
@@ -44,7 +48,8 @@ class Plans {
   }
 
  private:
-  mutable Memo<std::pair<const MountedTag*, std::string>, LayoutTag, kKeep, kPlanBudget> memo_{&plan_weight()};
+  mutable Memo<std::pair<const MountedTag*, std::string>, LayoutTag, kKeep> memo_{
+      kPlanBudget, [](const LayoutTag& p) { return p.bytes(); }, &plan_weight()};
 };
 
 // The rank files of one tag folder of a target: named on demand, built on open.
@@ -52,6 +57,7 @@ class RankFiles final : public LazyDir {
  public:
   RankFiles(std::shared_ptr<const Plans> plans, const MountedTag& tag, ds::TargetLayout target, struct timespec mtime)
       : plans_(std::move(plans)), tag_(&tag), target_(std::move(target)), mtime_(mtime) {}
+  void prepare(std::string_view) const override { layout(); }
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
     const std::shared_ptr<const LayoutTag> layout = this->layout();
     const auto k = layout->file_index(name);
@@ -88,14 +94,30 @@ class RankFiles final : public LazyDir {
 class Targets final : public LazyDir {
  public:
   Targets(std::vector<const MountedTag*> tags, std::vector<std::string> listed, const CheckpointFolder* folder,
-          FileTable* files, bool has_latest, uint64_t max_shard_bytes, struct timespec mtime)
+          FileTable* files, std::shared_ptr<const DcpPlans> dcp_plans, bool has_latest, uint64_t max_shard_bytes,
+          struct timespec mtime)
       : tags_(std::move(tags)),
         listed_(std::move(listed)),
         folder_(folder),
         files_(files),
+        dcp_plans_(std::move(dcp_plans)),
         has_latest_(has_latest),
         max_shard_bytes_(max_shard_bytes),
         mtime_(mtime) {}
+
+  // A target's plans, one per tag, made before make() takes the tree's lock. A tag that cannot be
+  // presented is left to make(), which refuses the target with the reason.
+  void prepare(std::string_view name) const override {
+    const auto target = ds::parse_target(name);
+    if (!target) return;
+    for (const MountedTag* t : present()) {
+      try {
+        plans_->get(*t, *target);
+      } catch (const Error&) {
+        return;
+      }
+    }
+  }
 
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
     if (const auto torch = parse_torch_layout(name)) return make_torch(tree, dir, name, *torch);
@@ -134,7 +156,10 @@ class Targets final : public LazyDir {
 
   // A tag indexed after the mount: in every target made so far, and in those made later.
   // A deleted tag: targets made from now on are made without it.
-  void drop(const MountedTag& tag) const { std::erase(tags_, &tag); }
+  void drop(const MountedTag& tag) const {
+    std::lock_guard<std::mutex> lock(tags_mu_);
+    std::erase(tags_, &tag);
+  }
 
   void add(Tree& tree, uint64_t dir, const MountedTag& tag) const {
     for (const std::string& name : listed_) {  // a listed name must keep resolving
@@ -146,7 +171,10 @@ class Targets final : public LazyDir {
         return;
       }
     }
-    tags_.push_back(&tag);
+    {
+      std::lock_guard<std::mutex> lock(tags_mu_);
+      tags_.push_back(&tag);
+    }
     std::vector<std::pair<std::string, uint64_t>> made;
     for (const auto& [name, ino] : tree.get(dir)->folder().by_name)
       if (tree.get(ino)->is_dir()) made.emplace_back(name, ino);
@@ -168,7 +196,12 @@ class Targets final : public LazyDir {
   // an ENOENT that the kernel then keeps. A target is made of the tags that remain.
   std::vector<const MountedTag*> present() const {
     std::vector<const MountedTag*> out;
-    for (const MountedTag* t : tags_) {
+    std::vector<const MountedTag*> tags;
+    {
+      std::lock_guard<std::mutex> lock(tags_mu_);
+      tags = tags_;
+    }
+    for (const MountedTag* t : tags) {
       std::error_code ec;
       if (fs::exists(t->index->dir, ec)) out.push_back(t);
     }
@@ -203,7 +236,7 @@ class Targets final : public LazyDir {
     }
     const uint64_t d = tree.add_dir(dir, std::string(name), mtime_, false);
     copy_real_entries(tree, *folder_, d, torch_layout_keeps);
-    add_torch_layout(tree, d, *own, layout, max_shard_bytes_, mtime_);
+    add_torch_layout(tree, d, *own, layout, max_shard_bytes_, dcp_plans_, mtime_);
     if (own->index->source == ds::SourceKind::Dcp) add_tag_files(tree, d, *own);
     return d;
   }
@@ -234,10 +267,14 @@ class Targets final : public LazyDir {
     tree.set_lazy(tag_dir, std::make_shared<RankFiles>(plans_, tag, target, mtime_));
   }
 
+  // Changed under the tree's exclusive lock (add, drop) and read by prepare(), which holds no tree
+  // lock: its own mutex, a leaf.
+  mutable std::mutex tags_mu_;
   mutable std::vector<const MountedTag*> tags_;
   std::vector<std::string> listed_;
   const CheckpointFolder* folder_;
   FileTable* files_;  // the View's, which outlives this folder
+  std::shared_ptr<const DcpPlans> dcp_plans_;  // the View's: fsdp-dp<W>'s folders
   bool has_latest_;   // the folder has a `latest`, which every target shows
   uint64_t max_shard_bytes_;
   struct timespec mtime_;
@@ -366,7 +403,7 @@ class LayoutsProvider final : public Provider {
     // one over that is any other file, shown as is, and nothing is made from it.
     const Inode* latest = cx.tree().lookup(cx.dir(), "latest");
     const bool has_latest = latest && latest->is_live();
-    cx.tree().set_lazy(dir, std::make_shared<Targets>(tags, std::move(listed), &cx.folder(), &cx.files(), has_latest,
+    cx.tree().set_lazy(dir, std::make_shared<Targets>(tags, std::move(listed), &cx.folder(), &cx.files(), cx.dcp_plans(), has_latest,
                                                       o.max_shard_bytes, mtime));
   }
 

@@ -4,6 +4,7 @@
 
 #include "zeromount/ds/shard_names.h"
 #include "zeromount/ds/target_layout.h"
+#include "zeromount/ds/universal_file.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/view/files/layout_files.h"
 #include "zeromount/view/files/param_names.h"
@@ -67,15 +68,15 @@ class UniversalProvider final : public Provider {
     for (const ds::Param& p : ix.params) {
       const uint64_t d = tree.add_dir(zero, param_dir_name(p.name, {"optimizer_state.pt"}), mtime);
       const ds::Param* pp = &p;
-      for (size_t k = 0; k < ix.state_names.size(); ++k)
-        if (ix.has(p, k))
-          tree.add_file(d, ix.state_names[k] + ".pt", mtime,
+      for (const ds::UniversalParamFile& f : ds::universal_param_files(ix, p)) {
+        const size_t k = f.k;
+        if (f.kind == ds::UniversalParamFile::State)
+          tree.add_file(d, ds::universal_file_name(ix, f), mtime,
                         [t, pp, k, bare] { return param_state_file(*t, *pp, k, bare); });
-      const bool scalars = p.step >= 0 && !(ix.parallel() && ix.stage == 3);  // as the converter [tp §6]
-      for (size_t k = 0; scalars && k < ix.scalars.at(size_t(p.step)).size(); ++k)
-        if (ix.scalars[size_t(p.step)][k].kind != ds::StepValue::None)  // a value this group keeps
-          tree.add_file(d, ix.scalar_names[k] + ".pt", mtime,
+        else
+          tree.add_file(d, ds::universal_file_name(ix, f), mtime,
                         [t, g = size_t(p.step), k] { return scalar_file(*t, g, k); });
+      }
     }
     if (!cx.building()) add_folder(cx, {});  // the first tag latest names may come after the fill
   }

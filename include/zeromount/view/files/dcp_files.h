@@ -107,8 +107,22 @@ class DcpPlan final : public pt::dcp::MetadataSource {
   pt::dcp::MetadataLayout layout_;
 };
 
+// The DCP folders' plans of one View (make_dcp_plans, provider.h): the eight used last kept within
+// kPlanBudget, keyed by tag and shape. The View owns it and every DCP folder and file it makes
+// holds it, so a key's tag outlives the plans kept for it.
+class DcpPlans {
+ public:
+  std::shared_ptr<const DcpPlan> get(const MountedTag& t, DcpShape shape) const;
+
+ private:
+  mutable Memo<std::pair<const MountedTag*, DcpShape>, DcpPlan, 8> memo_{
+      kPlanBudget, [](const DcpPlan& p) { return p.bytes(); }, &plan_weight()};
+};
+
 // A folder's entries: `.metadata` and the data files of `t` at `shape`. The plan is made on the
-// first lookup, kept among the few used last (process-wide), and made again when needed.
-std::shared_ptr<const LazyDir> make_dcp_dir(const MountedTag& t, DcpShape shape, struct timespec mtime);
+// first lookup (before the tree's lock: LazyDir::prepare), kept among the few used last in
+// `plans`, and made again when needed.
+std::shared_ptr<const LazyDir> make_dcp_dir(std::shared_ptr<const DcpPlans> plans, const MountedTag& t, DcpShape shape,
+                                            struct timespec mtime);
 
 }  // namespace zm::view

@@ -10,6 +10,7 @@
 
 #include "zeromount/pt/virtual_file.h"
 #include "zeromount/view/mounted_tag.h"
+#include "zeromount/view/provider.h"
 #include "zeromount/view/tree.h"
 
 namespace zm::view {
@@ -20,9 +21,9 @@ struct TorchLayout {
 // "fsdp-dp<W>" (W without leading zeros) or "torch"; nullopt for any other name.
 std::optional<TorchLayout> parse_torch_layout(std::string_view name);
 
-// Makes the layout's own entries in `dir` for tag `t`.
+// Makes the layout's own entries in `dir` for tag `t`; its DCP folders' plans are kept in `plans`.
 void add_torch_layout(Tree& tree, uint64_t dir, const MountedTag& t, TorchLayout layout, uint64_t max_shard_bytes,
-                      struct timespec mtime);
+                      const std::shared_ptr<const DcpPlans>& plans, struct timespec mtime);
 // Whether a real entry of the checkpoint folder belongs beside them: not DeepSpeed's own
 // (`latest`, zero_to_fp32.py) and not a name the layout makes.
 bool torch_layout_keeps(const Inode& real);
