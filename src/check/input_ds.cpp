@@ -155,21 +155,28 @@ void read_deepspeed(const std::string& path, const std::string& tag, Input& in, 
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
     if (it->is_regular_file(ec)) names.push_back(it->path().filename().string());
   std::sort(names.begin(), names.end());
+  RankGroups groups;
   for (const auto& n : names) {
     if (!n.ends_with(".pt")) continue;
     const std::string file = (fs::path(dir) / n).string();
-    if (auto pt = open_pt(file, n, in, f)) collect_steps(*pt, n, in);
+    if (auto pt = open_pt(file, n, in, f)) {
+      collect_steps(*pt, n, in);
+      if (n.ends_with("_optim_states.pt")) groups.add(*pt, n);
+    }
   }
+  groups.check(f);
   try {
     in.index = ds::index_tag(dir);
     f.ran("ds-index");
   } catch (const Error& e) {
-    f.fail("ds-index", fs::path(dir).filename().string(), e.what());
+    f.fail(muon_copy_differs(e.what()) ? "ranks-agree" : "ds-index", fs::path(dir).filename().string(), e.what());
   }
   check_latest(d, dir, in.index != nullptr, f);
   if (!in.index) return;
+  muon_copies_agree(*in.index, f);
   check_fragments(*in.index, f);
   add_items(*in.index, in);
+  add_index_hypers(*in.index, "rank 0's param_groups", in, f);
   if (in.index->module_weights.empty())
     f.notes.push_back("module-matches-masters: a ZeRO-3 tag keeps no module weights beside its masters");
 }
