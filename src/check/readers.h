@@ -1,6 +1,7 @@
 #pragma once
 // The readers of each input kind (input.cpp dispatches to them) and what they share: the zip
 // record check and the walk that finds steps and tensors in a pickle.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,8 @@ class RankGroups {
   void check(Findings& f) const;
 
  private:
-  std::vector<std::pair<std::string, std::vector<std::string>>> files_;  // name -> each group's values
+  // Per file, per group: each hyper-parameter's value as text.
+  std::vector<std::pair<std::string, std::vector<std::map<std::string, std::string>>>> files_;
 };
 // Muon's whole-buffer copies were compared by the index: counted as ranks-agree run.
 void muon_copies_agree(const ds::TagIndex& ix, Findings& f);
