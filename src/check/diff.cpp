@@ -310,7 +310,10 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
 std::string text(const DiffResult& r) {
   std::string o = "A: " + r.a + " (" + r.kind_a + ")\nB: " + r.b + " (" + r.kind_b + ")\n";
   char line[512];
-  std::snprintf(line, sizeof line, "  %-36s %-11s %-12s %-22s %-11s %-11s %-11s %-11s\n", "parameter", "state",
+  // The state column fits the longest state (a hyper-parameter such as decoupled_weight_decay).
+  int sw = 11;
+  for (const auto& row : r.rows) sw = std::max(sw, int(std::min<size_t>(row.state.size(), 40)));
+  std::snprintf(line, sizeof line, "  %-36s %-*s %-12s %-22s %-11s %-11s %-11s %-11s\n", "parameter", sw, "state",
                 "status", "shape dtype", "max_abs", "max_rel", "norm_a", "norm_b");
   o += line;
   for (const auto& row : r.rows) {
@@ -320,7 +323,7 @@ std::string text(const DiffResult& r) {
       sd = row.shape_a + " " + row.dtype_a + " vs " + row.shape_b + " " + row.dtype_b;
     const bool figures =
         row.status == "equal" || row.status == "close" || row.status == "differs" || row.status == "dtype";
-    std::snprintf(line, sizeof line, "  %-36s %-11s %-12s %-22s %-11s %-11s %-11s %-11s\n", row.param.c_str(),
+    std::snprintf(line, sizeof line, "  %-36s %-*s %-12s %-22s %-11s %-11s %-11s %-11s\n", row.param.c_str(), sw,
                   row.state.c_str(), row.status.c_str(), sd.c_str(), figures ? num(row.max_abs).c_str() : "-",
                   figures ? num(row.max_rel).c_str() : "-", figures ? num(row.norm_a).c_str() : "-",
                   figures ? num(row.norm_b).c_str() : "-");

@@ -124,6 +124,15 @@ void read_dcp(const std::string& folder, Input& in, Findings& f) {
     }
     in.items.push_back(std::move(it));
   }
+  // A model key the optimizer keeps no state for is a buffer or a frozen parameter (DCP does not
+  // say which), as the DCP source reads it: a universal folder keeps neither as a tensor.
+  if (in.holds_optimizer) {
+    std::set<std::string> optimized;
+    for (const Item& it : in.items)
+      if (it.state != kWeight) optimized.insert(it.param);
+    for (Item& it : in.items)
+      if (it.state == kWeight && !optimized.count(it.param)) it.trainable = false;
+  }
   // The groups' hyper-parameters and the parameters each holds, as the DCP source reads them.
   if (hyper) try {
       add_index_hypers(*ds::index_dcp(folder), ".metadata param_groups", in, f);
