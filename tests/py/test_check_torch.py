@@ -240,3 +240,21 @@ def test_ranks_disagreeing_on_lr_fail(tmp_path):
     assert code == 2 and [f["subject"] for f in failed] == [os.path.basename(rank1) + ": key param_groups.0"], rep
     assert failed[0]["message"].startswith("lr=0.0056"), failed
     assert not [f for f in rep["findings"] if f["check"] == "zip-crc"], rep
+
+
+def test_muon_copies_that_disagree_fail_ranks_agree(tmp_path):
+    """DeepSpeed's Muon keeps fc2.weight's whole momentum buffer on both ranks (the parameter spans
+    them): rank 1's copy changed in one float, its record's CRC rewritten, fails ranks-agree."""
+    src = tmp_path / "ck"
+    shutil.copytree(os.path.join(FIXTURES, "muon_z1_ws2", "checkpoint"), src)
+    assert verify(src)[0] == 0
+    shard = glob.glob(str(src / "*" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"))[0]
+    osd = torch.load(shard, weights_only=False)["optimizer_state_dict"]
+    want = osd["base_optimizer_state"]["state"][0]["momentum_buffer"].numpy().tobytes()
+    with zipfile.ZipFile(shard) as z:
+        record = next(i.filename for i in z.infolist() if "/data/" in i.filename and z.read(i) == want)
+    patch_record(shard, record, lambda b: b[:8] + np.float32(1234.5).tobytes() + b[12:])
+    code, rep = verify(src)
+    failed = [f for f in rep["findings"] if f["check"] == "ranks-agree"]
+    assert code == 2 and failed and "fc2.weight" in failed[0]["message"], rep
+    assert not [f for f in rep["findings"] if f["check"] in ("zip-crc", "ds-index")], rep
