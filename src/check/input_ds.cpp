@@ -137,6 +137,19 @@ void add_items(const ds::TagIndex& ix, Input& in) {
     if (ix.module_weights.size() == ix.params.size())
       add_plain(ix.module_weights[pi], kModule, true, p.name + " in the model-state file's module", file_of, in);
   }
+  // Tied parameters (lm_head.weight and the embedding): the weights folders and the Trainer's own
+  // model.safetensors keep the alias with its parameter's bytes; a universal folder does not
+  // (not trainable: compared only where the other side keeps buffers and such too).
+  for (const auto& [alias, canon] : ix.shared)
+    for (size_t k = 0, n = in.items.size(); k < n; ++k)
+      if (in.items[k].param == canon && in.items[k].state == kWeight) {
+        Item it = in.items[k];
+        it.param = alias;
+        it.trainable = false;
+        it.stored = alias + " (tied to " + canon + "'s fp32 master)";
+        in.items.push_back(std::move(it));
+        break;
+      }
   // Stage 1 and BF16_Optimizer keep frozen parameters in the module only (in training precision).
   for (const auto& t : ix.frozen.empty() ? ix.module_frozen : ix.frozen)
     add_plain(t, kWeight, false, t.name + " (frozen)", file_of, in);
