@@ -258,3 +258,26 @@ def test_muon_copies_that_disagree_fail_ranks_agree(tmp_path):
     failed = [f for f in rep["findings"] if f["check"] == "ranks-agree"]
     assert code == 2 and failed and "fc2.weight" in failed[0]["message"], rep
     assert not [f for f in rep["findings"] if f["check"] in ("zip-crc", "ds-index")], rep
+
+
+# fp32 runs only: a bf16 run's Trainer saves the bf16 module, which diff shows as a dtype
+# difference from the fp32 masters (verify's module-matches-masters compares the two).
+TRAINER_SAVES = sorted(
+    os.path.relpath(os.path.dirname(p), FIXTURES)
+    for p in glob.glob(os.path.join(FIXTURES, "hf", "*", "run", "checkpoint-*", "model.safetensors"))
+    if "bf16" not in p
+)
+
+
+@pytest.mark.parametrize("name", TRAINER_SAVES)
+def test_trainer_tag_against_its_own_model_safetensors(tmp_path, name):
+    """A Trainer + DeepSpeed run's checkpoint-N: the tag's masters against the model.safetensors the
+    Trainer itself saved beside it (gpt2's tied lm_head.weight included), and against the tag's
+    layouts/torch export re-saved by torch (moments, steps, both groups' hyper-parameters)."""
+    ck = os.path.join(FIXTURES, name)
+    code, rep = diff(ck, os.path.join(ck, "model.safetensors"))
+    assert code == 0 and not bad_rows(rep), bad_rows(rep)
+    view = torch_view(ck, tmp_path / "torch")
+    torch.save(torch.load(view / "optimizer.pt"), view / "optimizer.pt")
+    code, rep = diff(ck, view)
+    assert code == 0 and not bad_rows(rep) and {"lr", "exp_avg_sq"} <= {r["state"] for r in rep["rows"]}, rep
