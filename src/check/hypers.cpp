@@ -2,7 +2,8 @@
 // keeps them: DeepSpeed's optimizer files, a DCP folder's param_groups keys, torch's optimizer.pt.
 // Each group's items carry the parameters it holds, so that diff matches groups by what they
 // hold: two saves may number their groups differently.
-#include <cmath>
+#include <memory>
+#include <optional>
 
 #include "readers.h"
 #include "zeromount/ds/torch_state.h"
