@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "zeromount/check/input.h"
 #include "zeromount/check/numbers.h"
@@ -34,6 +36,39 @@ std::string num(double v) {
 bool deepspeed(const Input& in) {
   return in.kind.starts_with("deepspeed");
 }
+
+// What diff matches items by: a parameter's name without the known prefixes, and its state. A
+// hyper-parameter's group is matched by the parameters it holds (prefixes stripped, in any
+// order), never by its index alone: two formats may number the same groups differently.
+class ItemKeys {
+ public:
+  std::string group(const Item& it) {
+    std::string& k = groups_[it.members.get()];
+    if (k.empty()) {
+      std::vector<std::string> names;
+      for (const auto& m : *it.members) names.push_back(canonical_param(m));
+      std::sort(names.begin(), names.end());
+      std::string all;
+      for (const auto& n : names) all += n + "\n";
+      char h[32];
+      std::snprintf(h, sizeof h, "#%016zx", std::hash<std::string>{}(all));
+      k = "group " + std::to_string(names.size()) + h;
+    }
+    return k;
+  }
+  std::string operator()(const Item& it) {
+    return (it.members ? group(it) : canonical_param(it.param)) + "\n" + it.state;
+  }
+  // How a row names a group: by its first parameter.
+  static std::string label(const Item& it) {
+    const auto& m = *it.members;
+    if (m.empty()) return "param group " + std::to_string(it.group) + " (no parameters)";
+    return "group of " + canonical_param(m[0]) + (m.size() > 1 ? " +" + std::to_string(m.size() - 1) : "");
+  }
+
+ private:
+  std::map<const std::vector<std::string>*, std::string> groups_;
+};
 
 // Compares one pair block by block; fills the row's figures and status.
 void compare(const Item& a, const Item& b, const Input& ia, const Input& ib, const DiffOptions& o, DiffRow& row) {
@@ -135,6 +170,12 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
   const auto ib = open_input(b, o.tag_b, fb);
   r.kind_a = ia->kind;
   r.kind_b = ib->kind;
+  // An optimizer.pt that names no parameters is named by the other side's numbering.
+  for (auto [x, y, side] : {std::tuple{ia.get(), ib.get(), "A"}, std::tuple{ib.get(), ia.get(), "B"}})
+    if (x->unnamed_ids && !y->unnamed_ids) {
+      std::string said;
+      (name_torch_ids(*x, *y, said) ? r.matches : r.notes).push_back(std::string(side) + ": " + said);
+    }
   // Which states both formats can hold: a weights file holds no moments, a universal folder no
   // buffers, only a DeepSpeed tag a 16-bit module beside its masters.
   const bool optim = ia->holds_optimizer && ib->holds_optimizer;
@@ -149,7 +190,13 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
   if (optim && !step && (has_state(*ia, kStep) || has_state(*ib, kStep)))
     r.notes.push_back(std::string(has_state(*ia, kStep) ? "B" : "A") +
                       " holds no step at all (ds_to_universal writes none for ZeRO-3): steps not compared");
+  // Hyper-parameters where both keep them (a universal folder's groups name no parameters).
+  const bool hypers = optim && ia->holds_hypers && ib->holds_hypers;
+  if (optim && !hypers && (ia->holds_hypers || ib->holds_hypers))
+    r.notes.push_back(std::string(ia->holds_hypers ? "B" : "A") +
+                      " keeps no param groups by their parameters: hyper-parameters not compared");
   const auto compared = [&](const Item& it) {
+    if (it.members) return hypers;
     if (it.state == kModule) return module;
     if (it.state == kStep && !step) return false;
     if (!it.trainable && !others) return false;
@@ -160,11 +207,15 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
                       " is a weights format (no optimizer state): weights compared, optimizer states not");
   if (!others)
     r.notes.push_back("a universal folder keeps buffers and frozen parameters in its model-state file: not compared");
+  ItemKeys key_of;
+  std::set<std::string> groups_a, groups_b;  // the param groups each side keeps, by key
   const auto index = [&](const Input& in, const char* side) {
     std::map<std::string, size_t> m;
     size_t dup = 0;
-    for (size_t k = 0; k < in.items.size(); ++k)
-      if (!m.emplace(canonical_param(in.items[k].param) + "\n" + in.items[k].state, k).second) ++dup;
+    for (size_t k = 0; k < in.items.size(); ++k) {
+      if (in.items[k].members) (side[0] == 'A' ? groups_a : groups_b).insert(key_of.group(in.items[k]));
+      if (!m.emplace(key_of(in.items[k]), k).second) ++dup;
+    }
     if (dup)
       r.notes.push_back(std::string(side) + " holds " + std::to_string(dup) +
                         " item(s) twice (two files of one kind?): the first of each compared");
@@ -174,16 +225,19 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
   std::vector<std::pair<int64_t, int64_t>> pairs;  // in A's order, then B's own
   for (size_t k = 0; k < ia->items.size(); ++k) {
     const Item& x = ia->items[k];
-    const std::string key = canonical_param(x.param) + "\n" + x.state;
+    const std::string key = key_of(x);
     if (ma.at(key) != k) continue;
     const auto j = mb.find(key);
     pairs.emplace_back(int64_t(k), j == mb.end() ? -1 : int64_t(j->second));
   }
   for (size_t k = 0; k < ib->items.size(); ++k) {
-    const std::string key = canonical_param(ib->items[k].param) + "\n" + ib->items[k].state;
+    const std::string key = key_of(ib->items[k]);
     if (mb.at(key) == k && !ma.count(key)) pairs.emplace_back(-1, int64_t(k));
   }
+  const size_t head = r.matches.size();  // group matches go first, after the ids' naming
   size_t skipped = 0;
+  std::set<std::string> one_sided;  // hyper-parameters one optimizer class has and the other lacks
+  std::set<std::pair<int, int>> group_pairs;
   for (const auto& [ka, kb] : pairs) {
     const Item* x = ka >= 0 ? &ia->items[size_t(ka)] : nullptr;
     const Item* y = kb >= 0 ? &ib->items[size_t(kb)] : nullptr;
@@ -191,8 +245,15 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
       ++skipped;
       continue;
     }
+    // A key only one side's optimizer keeps (torch's foreach, DeepSpeed's bias_correction) in a
+    // group both keep: said, not a difference. A group the other side lacks is one.
+    if (const Item* h = x ? x : y; h->members && !(x && y) && (x ? groups_b : groups_a).count(key_of.group(*h))) {
+      one_sided.insert(std::string(x ? "A" : "B") + " '" + h->state + "'");
+      continue;
+    }
+    if (x && y && x->members) group_pairs.emplace(x->group, y->group);
     DiffRow row;
-    row.param = canonical_param(x ? x->param : y->param);
+    row.param = (x ? x : y)->members ? ItemKeys::label(x ? *x : *y) : canonical_param(x ? x->param : y->param);
     row.state = x ? x->state : y->state;
     if (x)
       row.stored_a = x->stored, row.shape_a = shape_text(*x),
@@ -215,7 +276,7 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
               (sb.empty() ? std::string() : std::string(sa.empty() ? "" : ", ") + sb + " stripped from B");
       if (row.state == kWeight && x->trainable && y->trainable && deepspeed(*ia) != deepspeed(*ib))
         why += std::string(why.empty() ? "" : "; ") + "DeepSpeed's fp32 master ~ a model weight";
-      else if (deepspeed(*ia) != deepspeed(*ib) && row.state != kWeight)
+      else if (deepspeed(*ia) != deepspeed(*ib) && row.state != kWeight && !x->members)
         why +=
             std::string(why.empty() ? "" : "; ") + "DeepSpeed's partitioned " + row.state + " ~ torch's " + row.state;
       if (x->shape != y->shape && !x->value && !y->value && row.status != "shape")
@@ -227,6 +288,15 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
   }
   if (skipped)
     r.notes.push_back(std::to_string(skipped) + " item(s) of states the other side cannot hold: not compared");
+  for (auto it = group_pairs.rbegin(); it != group_pairs.rend(); ++it)
+    r.matches.insert(r.matches.begin() + std::ptrdiff_t(head),
+                     "A param group " + std::to_string(it->first) + " ~ B param group " + std::to_string(it->second) +
+                         ": the same parameters (groups are matched by the parameters they hold)");
+  if (!one_sided.empty()) {
+    std::string m;
+    for (const auto& k : one_sided) m += (m.empty() ? "" : ", ") + k;
+    r.notes.push_back("hyper-parameters only one side's optimizer keeps, not compared: " + m);
+  }
   // The records' CRCs, from what the comparison read (and what it did not, read now).
   ia->files.settle_crcs(fa);
   ib->files.settle_crcs(fb);
@@ -240,7 +310,10 @@ DiffResult diff(const std::string& a, const std::string& b, const DiffOptions& o
 std::string text(const DiffResult& r) {
   std::string o = "A: " + r.a + " (" + r.kind_a + ")\nB: " + r.b + " (" + r.kind_b + ")\n";
   char line[512];
-  std::snprintf(line, sizeof line, "  %-36s %-11s %-12s %-22s %-11s %-11s %-11s %-11s\n", "parameter", "state",
+  // The state column fits the longest state (a hyper-parameter such as decoupled_weight_decay).
+  int sw = 11;
+  for (const auto& row : r.rows) sw = std::max(sw, int(std::min<size_t>(row.state.size(), 40)));
+  std::snprintf(line, sizeof line, "  %-36s %-*s %-12s %-22s %-11s %-11s %-11s %-11s\n", "parameter", sw, "state",
                 "status", "shape dtype", "max_abs", "max_rel", "norm_a", "norm_b");
   o += line;
   for (const auto& row : r.rows) {
@@ -250,7 +323,7 @@ std::string text(const DiffResult& r) {
       sd = row.shape_a + " " + row.dtype_a + " vs " + row.shape_b + " " + row.dtype_b;
     const bool figures =
         row.status == "equal" || row.status == "close" || row.status == "differs" || row.status == "dtype";
-    std::snprintf(line, sizeof line, "  %-36s %-11s %-12s %-22s %-11s %-11s %-11s %-11s\n", row.param.c_str(),
+    std::snprintf(line, sizeof line, "  %-36s %-*s %-12s %-22s %-11s %-11s %-11s %-11s\n", row.param.c_str(), sw,
                   row.state.c_str(), row.status.c_str(), sd.c_str(), figures ? num(row.max_abs).c_str() : "-",
                   figures ? num(row.max_rel).c_str() : "-", figures ? num(row.norm_a).c_str() : "-",
                   figures ? num(row.norm_b).c_str() : "-");

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "readers.h"
+#include "zeromount/ds/dcp_source.h"
 #include "zeromount/pt/convert.h"
 #include "zeromount/pt/dcp_item.h"
 #include "zeromount/pt/dcp_keys.h"
@@ -78,12 +79,12 @@ void read_dcp(const std::string& folder, Input& in, Findings& f) {
   uint64_t hyper = 0, bytes_keys = 0;
   for (const auto& k : md.keys) {
     const dcp::KeyRole role = dcp::key_role(k);
-    if (!k.tensor) {
-      ++bytes_keys;
-      continue;
-    }
     if (role.family == dcp::Family::ParamGroup) {
       ++hyper;
+      continue;
+    }
+    if (!k.tensor) {
+      ++bytes_keys;
       continue;
     }
     Item it;
@@ -123,7 +124,21 @@ void read_dcp(const std::string& folder, Input& in, Findings& f) {
     }
     in.items.push_back(std::move(it));
   }
-  if (hyper) f.notes.push_back(std::to_string(hyper) + " param-group hyper-parameter key(s): not compared");
+  // A model key the optimizer keeps no state for is a buffer or a frozen parameter (DCP does not
+  // say which), as the DCP source reads it: a universal folder keeps neither as a tensor.
+  if (in.holds_optimizer) {
+    std::set<std::string> optimized;
+    for (const Item& it : in.items)
+      if (it.state != kWeight) optimized.insert(it.param);
+    for (Item& it : in.items)
+      if (it.state == kWeight && !optimized.count(it.param)) it.trainable = false;
+  }
+  // The groups' hyper-parameters and the parameters each holds, as the DCP source reads them.
+  if (hyper) try {
+      add_index_hypers(*ds::index_dcp(folder), ".metadata param_groups", in, f);
+    } catch (const Error& e) {
+      f.notes.push_back(std::to_string(hyper) + " param-group key(s): not compared (" + e.what() + ")");
+    }
   if (bytes_keys) f.notes.push_back(std::to_string(bytes_keys) + " bytes key(s): not read (pickles are not run)");
 }
 

@@ -137,6 +137,19 @@ void add_items(const ds::TagIndex& ix, Input& in) {
     if (ix.module_weights.size() == ix.params.size())
       add_plain(ix.module_weights[pi], kModule, true, p.name + " in the model-state file's module", file_of, in);
   }
+  // Tied parameters (lm_head.weight and the embedding): the weights folders and the Trainer's own
+  // model.safetensors keep the alias with its parameter's bytes; a universal folder does not
+  // (not trainable: compared only where the other side keeps buffers and such too).
+  for (const auto& [alias, canon] : ix.shared)
+    for (size_t k = 0, n = in.items.size(); k < n; ++k)
+      if (in.items[k].param == canon && in.items[k].state == kWeight) {
+        Item it = in.items[k];
+        it.param = alias;
+        it.trainable = false;
+        it.stored = alias + " (tied to " + canon + "'s fp32 master)";
+        in.items.push_back(std::move(it));
+        break;
+      }
   // Stage 1 and BF16_Optimizer keep frozen parameters in the module only (in training precision).
   for (const auto& t : ix.frozen.empty() ? ix.module_frozen : ix.frozen)
     add_plain(t, kWeight, false, t.name + " (frozen)", file_of, in);
@@ -155,21 +168,28 @@ void read_deepspeed(const std::string& path, const std::string& tag, Input& in, 
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
     if (it->is_regular_file(ec)) names.push_back(it->path().filename().string());
   std::sort(names.begin(), names.end());
+  RankGroups groups;
   for (const auto& n : names) {
     if (!n.ends_with(".pt")) continue;
     const std::string file = (fs::path(dir) / n).string();
-    if (auto pt = open_pt(file, n, in, f)) collect_steps(*pt, n, in);
+    if (auto pt = open_pt(file, n, in, f)) {
+      collect_steps(*pt, n, in);
+      if (n.ends_with("_optim_states.pt")) groups.add(*pt, n);
+    }
   }
+  groups.check(f);
   try {
     in.index = ds::index_tag(dir);
     f.ran("ds-index");
   } catch (const Error& e) {
-    f.fail("ds-index", fs::path(dir).filename().string(), e.what());
+    f.fail(muon_copy_differs(e.what()) ? "ranks-agree" : "ds-index", fs::path(dir).filename().string(), e.what());
   }
   check_latest(d, dir, in.index != nullptr, f);
   if (!in.index) return;
+  muon_copies_agree(*in.index, f);
   check_fragments(*in.index, f);
   add_items(*in.index, in);
+  add_index_hypers(*in.index, "rank 0's param_groups", in, f);
   if (in.index->module_weights.empty())
     f.notes.push_back("module-matches-masters: a ZeRO-3 tag keeps no module weights beside its masters");
 }

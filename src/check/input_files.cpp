@@ -46,7 +46,9 @@ void read_pt(const std::string& path, const std::string& rel, Input& in, Finding
   collect_steps(*pt, rel, in);
   const std::string name = fs::path(rel).filename().string();
   if (deepspeed_file(name) || name == "optimizer_state.pt") return;  // tensors left to a tag's reading
+  if (name.starts_with("rng_state")) return;                         // the Trainer's RNG states: not model state
   const uint32_t id = in.files.add(path);
+  if (is_torch_optimizer(pt->root)) return read_torch_optimizer(*pt, id, rel, in, f);
   if (const auto u = universal_name(rel)) {
     if (u->second == "optimizer_state") return;
     collect_tensors(*pt, id, rel, in, u->first, u->second);
@@ -154,7 +156,11 @@ void read_files(const std::string& path, Input& in, Findings& f) {
     }
   }
   for (const auto& it : in.items) weights_only &= it.state == kWeight;
-  in.kind = universal ? "universal folder" : fs::is_directory(path, ec) ? "folder of files" : "file";
+  const bool dir = fs::is_directory(path, ec);
+  in.kind = universal                 ? "universal folder"
+            : !in.torch_order.empty() ? (dir ? "torch checkpoint folder (optimizer.pt)" : "torch optimizer file")
+            : dir                     ? "folder of files"
+                                      : "file";
   // A format that keeps no optimizer state: a diff against it compares weights only.
   in.holds_optimizer = universal || !weights_only;
   in.holds_others = !universal;

@@ -43,6 +43,15 @@ const char* const kOptimizerKeys[] = {"exp_avg", "exp_avg_sq", "step", "momentum
 
 }  // namespace
 
+const pt::Node* find_key(const pt::Node* root, const std::string& key) {
+  const pt::Node* found = nullptr;
+  walk(root, [&](const std::string&, const pt::Node* n) {
+    if (!found && n->is(pt::Kind::Dict)) found = n->get(key);
+    return !found;
+  });
+  return found;
+}
+
 std::string state_named(const std::string& s) {
   if (s == "fp32" || s == "param" || s == "weight") return kWeight;
   return s;

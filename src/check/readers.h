@@ -1,7 +1,9 @@
 #pragma once
 // The readers of each input kind (input.cpp dispatches to them) and what they share: the zip
 // record check and the walk that finds steps and tensors in a pickle.
+#include <map>
 #include <string>
+#include <vector>
 
 #include "zeromount/check/input.h"
 #include "zeromount/pt/pt_file.h"
@@ -36,6 +38,41 @@ void read_safetensors_index(const std::string& path, Input& in, Findings& f);
 // Any folder or file: each file by what it is (zip, safetensors, an index); a universal folder's
 // zero/<param>/<state>.pt files as their parameter's states.
 void read_files(const std::string& path, Input& in, Findings& f);
+
+// A torch optimizer's state_dict ({'state': ..., 'param_groups': [...]}, an optimizer.pt): its
+// ids named by the groups' `param_names` (torch >= 2.6 with named parameters), else "param <id>"
+// (Input::unnamed_ids); each state, 'step' and hyper-parameter as items; ids a group lists twice,
+// or state no group lists, fail check torch-ids.
+bool is_torch_optimizer(const pt::Node* root);
+void read_torch_optimizer(const pt::PtFile& pt, uint32_t file_id, const std::string& name, Input& in, Findings& f);
+
+// Whether a param group's key lists its parameters rather than being a hyper-parameter.
+bool is_group_list_key(const std::string& key);
+// A group's hyper-parameters (numbers, bools, tuples of numbers as "betas[0]", ...) as items
+// naming `where`[group]; returns how many values were neither numbers nor None (not compared).
+size_t add_hypers(const std::vector<std::pair<std::string, const pt::Node*>>& hypers, int group, const Members& members,
+                  const std::string& where, Input& in);
+// A DeepSpeed or DCP source's param groups as hyper-parameter items, and its torch numbering
+// (Input::torch_order, from ds::torch_groups); a source it refuses is a note.
+void add_index_hypers(const ds::TagIndex& ix, const std::string& where, Input& in, Findings& f);
+
+// The first node found under dict key `key` below `root` (breadth of the walk: dicts and lists).
+const pt::Node* find_key(const pt::Node* root, const std::string& key);
+
+// Check ranks-agree (ranks_agree.cpp): each rank file's param groups, compared with the first's.
+class RankGroups {
+ public:
+  void add(const pt::PtFile& pt, const std::string& name);
+  void check(Findings& f) const;
+
+ private:
+  // Per file, per group: each hyper-parameter's value as text.
+  std::vector<std::pair<std::string, std::vector<std::map<std::string, std::string>>>> files_;
+};
+// Muon's whole-buffer copies were compared by the index: counted as ranks-agree run.
+void muon_copies_agree(const ds::TagIndex& ix, Findings& f);
+// Whether ds::index_tag refused the tag because two ranks' copies of a Muon buffer differ.
+bool muon_copy_differs(const std::string& index_error);
 
 // The state a file name or key names, as the checks know it: "fp32" and "param" are kWeight.
 std::string state_named(const std::string& s);

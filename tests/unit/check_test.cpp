@@ -12,6 +12,7 @@
 
 #include "helpers.h"
 #include "zeromount/check/diff.h"
+#include "zeromount/check/input.h"
 #include "zeromount/check/verify.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/crc32.h"
@@ -392,6 +393,74 @@ TEST(Diff, PrefixesMatchAndAreSaid) {
   std::string why;
   canonical_param("module.fc1.weight", &why);
   EXPECT_EQ(why, "'module.'");
+}
+
+}  // namespace
+}  // namespace zm::check
+
+namespace zm::check {
+namespace {
+
+// An optimizer.pt's unnamed ids and a named input's numbering, as the readers leave them.
+Input unnamed_input(const TorchOrder& order) {
+  Input in;
+  in.unnamed_ids = true;
+  in.torch_order = order;
+  auto members = std::make_shared<std::vector<std::string>>();
+  for (const auto& g : order)
+    for (const auto& p : g) {
+      Item it;
+      it.param = p.name;
+      it.state = "exp_avg";
+      it.shape = p.shape;
+      in.items.push_back(it);
+      members->push_back(p.name);
+    }
+  Item lr;
+  lr.state = "lr";
+  lr.value = 1e-3;
+  lr.members = members;
+  in.items.push_back(lr);
+  return in;
+}
+
+TEST(TorchNames, IdsAreNamedByTheOtherSidesOrderWhenCountsAndShapesAgree) {
+  Input named;
+  named.torch_order = {{{"fc.weight", {3, 2}}, {"fc.bias", {3}}}};
+  Input in = unnamed_input({{{"param 0", {3, 2}}, {"param 1", {3}}}});
+  std::string said;
+  ASSERT_TRUE(name_torch_ids(in, named, said)) << said;
+  EXPECT_EQ(in.items[0].param, "fc.weight");
+  EXPECT_EQ(in.items[1].param, "fc.bias");
+  EXPECT_EQ(*in.items[2].members, (std::vector<std::string>{"fc.weight", "fc.bias"}));
+  EXPECT_FALSE(in.unnamed_ids);
+}
+
+TEST(TorchNames, ShapesCountsOrGroupsThatDisagreeLeaveIdsUnnamed) {
+  Input named;
+  named.torch_order = {{{"fc.weight", {3, 2}}, {"fc.bias", {3}}}};
+  const std::vector<TorchOrder> wrong = {
+      {{{"param 0", {3}}, {"param 1", {3, 2}}}},    // the order swapped: shapes disagree
+      {{{"param 0", {3, 2}}}},                      // one id fewer
+      {{{"param 0", {3, 2}}}, {{"param 1", {3}}}},  // two groups against one
+  };
+  for (const TorchOrder& order : wrong) {
+    Input in = unnamed_input(order);
+    std::string said;
+    EXPECT_FALSE(name_torch_ids(in, named, said));
+    EXPECT_NE(said.find("left as 'param <id>'"), std::string::npos) << said;
+    EXPECT_EQ(in.items[0].param, "param 0");
+  }
+  // Its own weight of another shape under the other side's name refuses too.
+  Input in = unnamed_input({{{"param 0", {3, 2}}, {"param 1", {3}}}});
+  Item w;
+  w.param = "fc.bias";
+  w.state = kWeight;
+  w.shape = {4};
+  in.items.push_back(w);
+  std::string said;
+  EXPECT_FALSE(name_torch_ids(in, named, said));
+  EXPECT_NE(said.find("its own weight fc.bias"), std::string::npos) << said;
 }
 
 }  // namespace

@@ -59,6 +59,9 @@ inline constexpr const char* kWeight = "weight";  // a parameter's value: an fp3
 inline constexpr const char* kModule = "module";  // DeepSpeed's module weight in training precision
 inline constexpr const char* kStep = "step";
 
+// The parameters a param group holds, shared by that group's hyper-parameter items.
+using Members = std::shared_ptr<const std::vector<std::string>>;
+
 struct Item {
   std::string param;      // the parameter (or buffer) name as the input spells it, prefixes kept
   std::string state;      // kWeight, kModule, kStep, "exp_avg", "exp_avg_sq", or the optimizer's own key
@@ -69,8 +72,21 @@ struct Item {
   pt::VirtualFile bytes;        // its elements, row-major, when it has bytes
   std::optional<double> value;  // a scalar kept in a pickle as a number (an int step): no bytes
   std::string unread;           // why its values are not read (a strided view); empty when they are
+  // A param group's hyper-parameter (state "lr", "betas[0]", ...; param empty): the parameters its
+  // group holds, shared by the group's items, by which diff matches groups across formats; and
+  // the group's index in its own format, for the match diff says.
+  Members members;
+  int group = -1;
   uint64_t numel() const;
 };
+
+// A torch optimizer's numbering: per param group, in `params` order, each parameter's name (or
+// "param <id>") and shape. Torch keys the state by these positions, counted across groups.
+struct TorchParam {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+using TorchOrder = std::vector<std::vector<TorchParam>>;
 
 struct Input {
   std::string path;
@@ -86,7 +102,21 @@ struct Input {
   std::unique_ptr<ds::TagIndex> index;  // a DeepSpeed tag's
   // 'step' (and 'global_steps') values found in the pickles, with where, for the agreement check.
   std::vector<std::pair<std::string, double>> steps;
+  // Whether the input keeps its param groups' hyper-parameters as items (diff compares them only
+  // when both do), and the order its optimizer numbers parameters in (empty: unknown).
+  bool holds_hypers = false;
+  TorchOrder torch_order;
+  // A torch optimizer.pt whose param groups name no parameters (torch < 2.6, or built from bare
+  // tensors as the Trainer does): its items are "param <id>", and diff names them from the other
+  // input's torch_order (check/torch_names.cpp). `torch_order` then holds the ids and shapes.
+  bool unnamed_ids = false;
 };
+
+// Names the "param <id>" items of `unnamed` (Input::unnamed_ids) by `named`'s torch_order, where
+// the two number the same parameters: as many groups, as many ids in each, each id's state of
+// that parameter's shape (and of the shape of `unnamed`'s own weight of that name, when it keeps
+// one). `said` gets the match, or why there is none (then the ids stay "param <id>").
+bool name_torch_ids(Input& unnamed, const Input& named, std::string& said);
 
 // Opens `path` (a DeepSpeed checkpoint or tag folder, a DCP folder, a safetensors file or folder,
 // a universal folder, any folder or .pt file), running the structure checks into `f`. `tag`
