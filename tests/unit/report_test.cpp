@@ -435,5 +435,89 @@ TEST(ReportAxis, LabelsTellTheEndsApartInAFixedWidth) {
   EXPECT_NE(trim(lo), trim(hi));
 }
 
+// Packed experts (issue 43): <param>/info lists every expert's L2 norm and RMS, and the report
+// page's verdict and Experts section flag an expert whose RMS is off the experts' median by more
+// than 4x. Crafted on a real Trainer + DeepSpeed Mixtral run: expert 2 of layer 0's gate_up_proj
+// scaled to 1/20 (a reset to a small initialisation). The norms are checked against sums of
+// squares taken here from the shard bytes, and the unmodified run is not flagged.
+struct ExpertLine {
+  double norm, rms;
+  std::string outlier;
+};
+
+std::vector<ExpertLine> expert_lines(const std::string& info) {
+  std::vector<ExpertLine> out;
+  const std::regex line(R"re(expert +(\d+) +L2 norm +(\S+) +RMS +(\S+) +norm-outlier +(\S+))re");
+  for (std::sregex_iterator it(info.begin(), info.end(), line), end; it != end; ++it) {
+    EXPECT_EQ(std::stoul((*it)[1]), out.size());
+    out.push_back({std::stod((*it)[2]), std::stod((*it)[3]), (*it)[4]});
+  }
+  return out;
+}
+
+std::string verify_row(const std::string& html, const std::string& check) {
+  const size_t at = html.find("<td>" + check + "</td>");
+  return at == std::string::npos ? "" : html.substr(at, html.find("</tr>", at) - at);
+}
+
+TEST(ReportPages, AResetExpertOfAPackedParameterIsFlagged) {
+  const std::string ckpt = test::moe_copy_with_expert(test::kPackedGateUp, 2, 0.05f, false);
+  auto v = view::View::load(ckpt);
+  const auto ix = ds::index_tag(ckpt + "/global_step2");
+  const std::vector<double> want = test::expert_sumsq(*ix, test::kPackedGateUp, 0);
+  ASSERT_EQ(want.size(), 4u);
+  const uint64_t per = ix->find(test::kPackedGateUp)->numel / 4;
+  const view::Inode& info_file = at(*v, "/global_step2_params/" + test::kPackedGateUp + "/info");
+  const std::string info = content_of(*v, info_file);
+  EXPECT_EQ(uint64_t(v->attr(info_file).st_size), info.size()) << "sized before reading";
+  const auto lines = expert_lines(info);
+  ASSERT_EQ(lines.size(), 4u) << info;
+  for (size_t e = 0; e < 4; ++e) {
+    EXPECT_NEAR(lines[e].norm, std::sqrt(want[e]), 1e-7 * std::sqrt(want[e])) << e;
+    EXPECT_NEAR(lines[e].rms, std::sqrt(want[e] / double(per)), 1e-7 * std::sqrt(want[e] / double(per))) << e;
+    EXPECT_EQ(lines[e].outlier, e == 2 ? "yes" : "no") << info;
+  }
+  expect_sizes_known_at_stat(*v, {"/global_step2_params/report.html"});
+  const std::string html = content_of(*v, at(*v, "/global_step2_params/report.html"));
+  const std::string row = verify_row(html, "norm-outlier");
+  EXPECT_NE(row.find("<b class=\"g\">warn</b>  1 of 16"), std::string::npos) << row;  // red is for fail
+  EXPECT_NE(row.find("first: <code>" + test::kPackedGateUp + " expert 2"), std::string::npos) << row;
+  EXPECT_NE(html.find("<h2 id=\"experts\">"), std::string::npos);
+  const std::regex bar(
+      R"re(<rect[^>]*class="(.)"><title>model\.layers\.0\.mlp\.experts\.gate_up_proj expert (\d): RMS +(\S+),)re");
+  size_t bars = 0;
+  for (std::sregex_iterator it(html.begin(), html.end(), bar), end; it != end; ++it, ++bars) {
+    const size_t e = std::stoul((*it)[2]);
+    EXPECT_EQ((*it)[1], e == 2 ? "b" : "g") << "expert " << e << " red exactly when flagged";
+    EXPECT_NEAR(std::stod((*it)[3]), lines[e].rms, 1e-7 * lines[e].rms);
+  }
+  EXPECT_EQ(bars, 4u);
+
+  auto real = view::View::load(test::kFixtures + "/" + test::kMoeRun);
+  for (const char* layer : {"0", "1"})
+    for (const char* proj : {"gate_up_proj", "down_proj"}) {
+      const std::string name = std::string("model.layers.") + layer + ".mlp.experts." + proj;
+      const auto got = expert_lines(content_of(*real, at(*real, "/global_step2_params/" + name + "/info")));
+      ASSERT_EQ(got.size(), 4u) << name;
+      for (const auto& l : got) EXPECT_EQ(l.outlier, "no") << name;
+    }
+  const std::string clean = content_of(*real, at(*real, "/global_step2_params/report.html"));
+  EXPECT_NE(verify_row(clean, "norm-outlier").find("<b class=\"g\">pass</b>"), std::string::npos)
+      << verify_row(clean, "norm-outlier");
+}
+
+// An expert whose exp_avg_sq slice is all zero after a step never had a gradient: the page's
+// moments-not-reset warns, naming the expert, and its bar is red.
+TEST(ReportPages, AnExpertWithoutGradientIsFlagged) {
+  const std::string ckpt = test::moe_copy_with_expert(test::kPackedGateUp, 1, 1.0f, true);
+  auto v = view::View::load(ckpt);
+  const std::string html = content_of(*v, at(*v, "/global_step2_params/report.html"));
+  const std::string row = verify_row(html, "moments-not-reset");
+  EXPECT_NE(row.find("<b class=\"g\">warn</b>  1 of"), std::string::npos) << row;
+  EXPECT_NE(row.find("first: <code>" + test::kPackedGateUp + " expert 1 exp_avg_sq"), std::string::npos) << row;
+  EXPECT_NE(html.find("expert 1: RMS"), std::string::npos);
+  EXPECT_NE(html.find("exp_avg_sq all zero yes"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace zm
