@@ -72,7 +72,8 @@ std::string params_readme(const std::string& tag, bool report) {
                  : "") +
          "summary              one row per trainable parameter: name, shape, dtype, numel, group, bytes\n"
          "<param>/info         shape, dtypes, group, which dp ranks hold which elements, statistics of the\n"
-         "                     finite fp32 values and counts of NaN and inf\n"
+         "                     finite fp32 values and counts of NaN and inf; packed experts (transformers 5's\n"
+         "                     mlp.experts.gate_up_proj [E, 2I, H]): every expert's L2 norm and RMS\n"
          "                     (computed when you read it, then cached)\n"
          "<param>/<state>.npy  one optimizer state as a numpy array: np.load(path, mmap_mode='r')\n\n"
          "Folder names are parameter names, escaped only where a name cannot be a folder: '/' is written %2F,\n"
