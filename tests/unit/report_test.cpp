@@ -15,6 +15,7 @@
 #include "helpers.h"
 #include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
+#include "zeromount/view/files/number_rules.h"
 #include "zeromount/view/files/report_html.h"
 #include "zeromount/view/files/report_page.h"
 #include "zeromount/view/files/report_run.h"
@@ -433,6 +434,51 @@ TEST(ReportAxis, LabelsTellTheEndsApartInAFixedWidth) {
   EXPECT_EQ(trim(lo) + trim(hi), "");
   std::tie(lo, hi) = view::html::axis_labels(1.0000000001, 1.0000000002, 10);  // too close for 10 characters
   EXPECT_NE(trim(lo), trim(hi));
+}
+
+// The rule for packed experts, case by case (number_rules.h).
+TEST(PackedExperts, TheNameAndShapeDecide) {
+  using view::packed_experts;
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.gate_up_proj", {8, 192, 64}), 8u);  // transformers 5
+  EXPECT_EQ(packed_experts("model.layers.3.mlp.experts.down_proj", {8, 64, 96}), 8u);
+  EXPECT_EQ(packed_experts("layers.1.moe.experts.w1", {16, 32, 8}), 16u);  // AutoEP
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.5.w1.weight", {96, 64, 3}), 0u) << "unpacked: a sibling";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.gate_up_proj_bias", {8, 192}), 0u) << "2-D";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.gate.weight", {8, 64, 2}), 0u) << "no experts component";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts", {8, 64, 2}), 0u) << "nothing after it";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.w1", {1, 64, 2}), 0u) << "one expert";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.w1", {4097, 2, 2}), 0u) << "over the cap";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.shared_experts.w1", {8, 64, 2}), 0u) << "another module name";
+}
+
+// ExpertSums cuts blocks where a slice ends: each expert's sum of squares is that of its finite
+// values however the blocks fall, and the parameter's statistics are those of one add.
+TEST(PackedExperts, SumsPerExpertDoNotDependOnTheBlocks) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  const size_t experts = 5, per = 7;
+  std::vector<float> x(experts * per);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * float(1 + i / per);
+  x[3 * per + 2] = NAN;
+  x[4 * per] = INFINITY;
+  std::vector<double> want(experts, 0);
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::isfinite(x[i])) want[i / per] += double(x[i]) * double(x[i]);
+  view::Stats whole;
+  whole.add(x.data(), x.size());
+  for (size_t block : {1, 3, 4, 7, 9, 35}) {
+    view::Stats s;
+    view::ExpertSums sums(experts, x.size());
+    for (size_t at = 0; at < x.size(); at += block) sums.add(s, x.data() + at, std::min(block, x.size() - at));
+    ASSERT_TRUE(sums.packed());
+    EXPECT_EQ(sums.per_expert(), per);
+    for (size_t e = 0; e < experts; ++e) EXPECT_NEAR(sums.sumsq()[e], want[e], 1e-12 * want[e]) << block << " " << e;
+    EXPECT_EQ(s.n, whole.n);
+    EXPECT_EQ(s.nan, 1u);
+    EXPECT_EQ(s.inf, 1u);
+    EXPECT_NEAR(s.sumsq, whole.sumsq, 1e-12 * whole.sumsq);
+    EXPECT_NEAR(s.m2, whole.m2, 1e-9 * whole.m2);
+  }
 }
 
 // Packed experts (issue 43): <param>/info lists every expert's L2 norm and RMS, and the report
