@@ -529,6 +529,7 @@ TEST(ReportPages, AResetExpertOfAPackedParameterIsFlagged) {
   EXPECT_NE(row.find("<b class=\"g\">warn</b>  1 of 16"), std::string::npos) << row;  // red is for fail
   EXPECT_NE(row.find("first: <code>" + test::kPackedGateUp + " expert 2"), std::string::npos) << row;
   EXPECT_NE(html.find("<h2 id=\"experts\">"), std::string::npos);
+  EXPECT_NE(html.find("<a href=\"#experts\">Experts</a>"), std::string::npos);
   const std::regex bar(
       R"re(<rect[^>]*class="(.)"><title>model\.layers\.0\.mlp\.experts\.gate_up_proj expert (\d): RMS +(\S+),)re");
   size_t bars = 0;

@@ -319,10 +319,12 @@ std::string cost_section(const ds::TagIndex& ix, const TagFigures* f) {
 std::string tag_report(const MountedTag& t, const TagFigures* figures) {
   const ds::TagIndex& ix = *t.index;
   const std::vector<LayerFigures> layers = figures ? figures->layers : report_layers(t);
+  const std::string experts = experts_section(ix, figures);  // empty without packed experts
   std::string body =
       "<h1>Report of <code>" + escape(ix.tag) + "</code></h1>\n<p class=\"note\">Made up by " +
       "zeromount from the shards of this tag: nothing here is stored. <a href=\"#run\">Run</a> &middot; " +
       "<a href=\"#layers\">Layers</a> &middot; <a href=\"#params\">Parameters</a> &middot; " +
+      (experts.empty() ? "" : "<a href=\"#experts\">Experts</a> &middot; ") +
       "<a href=\"#verify\">Verify</a> &middot; <a href=\"#cost\">Cost</a></p>\n" + run_section(ix, figures) +
       verify_section(ix, figures);
   body += "<h2 id=\"layers\">Layers</h2>\n";
@@ -332,7 +334,7 @@ std::string tag_report(const MountedTag& t, const TagFigures* figures) {
                 ? layer_chart(layers, "Update size (mean of |exp_avg| / (sqrt(exp_avg_sq) + eps))", true, figures)
                 : "<p class=\"note\">No update sizes: the tag holds no exp_avg and exp_avg_sq.</p>\n";
   }
-  body += params_section(ix, figures, layers) + experts_section(ix, figures) + cost_section(ix, figures);
+  body += params_section(ix, figures, layers) + experts + cost_section(ix, figures);
   return html::page(ix.tag + " - zeromount report", body);
 }
 
