@@ -18,7 +18,10 @@ const char* const kNormRule =
     "(norm / sqrt(numel)) is more than 4 times the siblings' median, or less than a quarter of it, is a warning. "
     "It misses an expert left at its initialisation while training has moved the others' RMS by less than 4x (early in "
     "a run, or with a small learning rate), and it warns on siblings that are meant to differ (a first or last "
-    "layer, a gate initialised to zero).";
+    "layer, a gate initialised to zero). The experts packed in one parameter are siblings too: a name with an "
+    "'experts' component not followed by a number and 3 or more dims (transformers 5's "
+    "layers.0.mlp.experts.gate_up_proj [E, 2I, H]) holds E experts on dim 0, each a contiguous slice, and one "
+    "expert's RMS is weighed against the E experts' median by the same rule (up to 4096 experts).";
 
 namespace {
 
@@ -92,6 +95,20 @@ void check_moments(const Input& in, const std::vector<ItemFigures>& fig, Finding
                "gradient) [" +
                it.stored + "]");
   }
+  // An expert of a packed parameter whose exp_avg_sq slice is all zero after a step: no token
+  // reached it. Not counted with the parameters above: the rest of its parameter has moments.
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& it = in.items[k];
+    if (!fig[k].read || it.state != "exp_avg_sq") continue;
+    const auto s = steps.find(it.param);
+    const double step = s != steps.end() ? s->second : any_step;
+    if (!(step > 0)) continue;
+    for (size_t e : view::experts_without_gradient(fig[k].experts.sumsq()))
+      f.warn("moments-not-reset", view::expert_subject(it.param, e) + " " + it.state,
+             "its slice of dim 0 (" + std::to_string(fig[k].experts.per_expert()) +
+                 " elements) is all zero while step is " + number(step) + ": no gradient ever reached this expert [" +
+                 it.stored + "]");
+  }
   if (moments && zero == moments)
     f.fail("moments-not-reset", "all parameters",
            "every exp_avg and exp_avg_sq is zero while step > 0: optimizer state looks reset");
@@ -153,7 +170,27 @@ void check_module(const Input& in, const std::vector<ItemFigures>& fig, Findings
   }
 }
 
+// A norm-outlier finding: `subject`'s RMS against the median of its `others` siblings (`what`).
+void norm_outlier(Findings& f, const std::string& subject, double rms, size_t others, double median,
+                  const std::string& what) {
+  f.warn("norm-outlier", subject,
+         "RMS " + number(rms) + ", its " + std::to_string(others) + " siblings' median " + number(median) + " (" +
+             what + "): left at its initialisation, reset or diverged?");
+}
+
 void check_norms(const Input& in, const std::vector<ItemFigures>& fig, Findings& f) {
+  // The experts of one packed parameter are siblings too (view::expert_outliers).
+  for (size_t k = 0; k < in.items.size(); ++k) {
+    const Item& it = in.items[k];
+    if (it.state != kWeight || !it.trainable || !fig[k].read) continue;
+    const view::ExpertOutliers o = view::expert_outliers(fig[k].experts.sumsq(), fig[k].experts.per_expert());
+    if (o.rms.empty()) continue;
+    f.ran("norm-outlier", o.rms.size());
+    for (size_t e = 0; e < o.rms.size(); ++e)
+      if (o.outlier[e])
+        norm_outlier(f, view::expert_subject(it.param, e), o.rms[e], o.rms.size() - 1, o.median,
+                     "experts packed on dim 0 of " + it.param);
+  }
   std::map<std::string, std::vector<size_t>> groups;
   for (size_t k = 0; k < in.items.size(); ++k) {
     const Item& it = in.items[k];
@@ -171,12 +208,7 @@ void check_norms(const Input& in, const std::vector<ItemFigures>& fig, Findings&
     f.ran("norm-outlier", members.size());
     for (size_t j = 0; j < members.size(); ++j) {
       if (!outlier[j]) continue;
-      const Item& it = in.items[members[j]];
-      f.warn("norm-outlier", it.param,
-             "RMS " + number(rms[j]) + ", its " + std::to_string(members.size() - 1) + " siblings' median " +
-                 number(median) + " (" + key.substr(0, key.find('|')) +
-                 "): left at its initialisation, reset or "
-                 "diverged?");
+      norm_outlier(f, in.items[members[j]].param, rms[j], members.size() - 1, median, key.substr(0, key.find('|')));
     }
   }
 }
@@ -240,9 +272,9 @@ void add_block(ItemFigures& x, const ValueBlocks& b, size_t n, const std::vector
                const std::vector<double>& db) {
   const uint64_t nan = x.stats.nan, inf = x.stats.inf, at = b.position() - n;
   if (b.wide())
-    x.stats.add(db.data(), n);
+    x.experts.add(x.stats, db.data(), n);
   else
-    x.stats.add(fl.data(), n);
+    x.experts.add(x.stats, fl.data(), n);
   // The first index is looked for only in the block where the first one was counted.
   for (size_t i = 0; i < n && ((x.stats.nan > nan && x.first_nan < 0) || (x.stats.inf > inf && x.first_inf < 0)); ++i) {
     const double v = b.wide() ? db[i] : double(fl[i]);
@@ -289,6 +321,7 @@ std::vector<ItemFigures> item_figures(Input& in, Findings& f) {
       continue;
     }
     const int64_t mk = module[k];
+    x.experts = view::ExpertSums(view::packed_experts(it.param, it.shape), it.numel());
     try {
       ValueBlocks b(it, in.files);
       if (mk < 0) {
@@ -302,6 +335,7 @@ std::vector<ItemFigures> item_figures(Input& in, Findings& f) {
       const Item& m = in.items[size_t(mk)];
       ItemFigures& y = out[size_t(mk)];
       done[size_t(mk)] = true;
+      y.experts = view::ExpertSums(view::packed_experts(m.param, m.shape), m.numel());
       ValueBlocks bm(m, in.files);
       const size_t es = pt::element_size(m.dtype);
       for (size_t n; (n = b.next(fl, db)) > 0;) {

@@ -5,6 +5,7 @@ cut from the run-time packed experts. Synthetic runs (tests/tools/gen_ckpt.py --
 qwen3moe_small: transformers 5's run-time names); the expected saved tensors are sliced here with
 numpy from gen_ckpt's ground truth, independently of the C++ interpreter."""
 import json
+import math
 import os
 import struct
 import subprocess
@@ -163,3 +164,43 @@ def test_trainer_moe_runs_equal_the_trainers_own_save(run, folder, runtime_keys)
         assert not differ, differ
     with mount(ckpt, "-o", "weights_names=runtime") as mnt:
         assert len(safetensors_header(os.path.join(mnt, folder, "model.safetensors"))) == runtime_keys
+
+
+# The report pages per expert (issue 43): <T>_params/<packed param>/info lists every expert's L2
+# norm, read from the run-time packed fp32 masters; numpy computes the same norms from the
+# Trainer's own model.safetensors, where every expert is its own tensors (the saved layout), so the
+# two share neither file nor layout. The bf16 run's file holds bf16 weights, its masters fp32: equal
+# to bf16 rounding. Neither real run is flagged.
+@pytest.mark.parametrize("run,saved,rel", [
+    ("mixtral_z2_fp32", ("block_sparse_moe.experts.{}.w1.weight", "block_sparse_moe.experts.{}.w3.weight",
+                         "block_sparse_moe.experts.{}.w2.weight"), 1e-6),
+    ("qwen3_moe_z2_bf16", ("mlp.experts.{}.gate_proj.weight", "mlp.experts.{}.up_proj.weight",
+                           "mlp.experts.{}.down_proj.weight"), 4e-3)])
+def test_info_lists_each_packed_experts_norm(run, saved, rel):
+    import re
+    ckpt = os.path.join(FIXTURES, "hf_moe", run, "checkpoint-2")
+    def widened(a):  # read_safetensors gives bf16 as its int16 bits: the upper half of a float32
+        if a.dtype == np.int16:
+            a = (a.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return a.astype(np.float64)
+    want = {k: widened(v) for k, v in read_safetensors(os.path.join(ckpt, "model.safetensors")).items()}
+    line = re.compile(r"expert +(\d+) +L2 norm +(\S+) +RMS +(\S+) +norm-outlier +(\S+)")
+    with mount(ckpt) as mnt:
+        for layer in (0, 1):
+            pre = f"model.layers.{layer}."
+            for packed, parts in (("gate_up_proj", saved[:2]), ("down_proj", saved[2:])):
+                with open(os.path.join(mnt, "global_step2_params", f"{pre}mlp.experts.{packed}", "info")) as f:
+                    rows = line.findall(f.read())
+                assert [int(r[0]) for r in rows] == [0, 1, 2, 3], packed
+                for e, norm, rms, outlier in rows:
+                    tensors = [want[pre + p.format(e)] for p in parts]
+                    numel = sum(t.size for t in tensors)
+                    expected = math.sqrt(sum(float((t * t).sum()) for t in tensors))
+                    assert float(norm) == pytest.approx(expected, rel=rel), (packed, e)
+                    assert float(rms) == pytest.approx(expected / math.sqrt(numel), rel=rel), (packed, e)
+                    assert outlier == "no", (packed, e)
+        with open(os.path.join(mnt, "global_step2_params", "report.html")) as f:
+            page = f.read()
+        row = page[page.index("<td>norm-outlier</td>"):]
+        assert row[:row.index("</tr>")].count('class="g">pass') == 1, row[:300]
+        assert page.count("<h2 id=\"experts\">") == 1

@@ -446,6 +446,8 @@ ARCHS = {
 MOE_ARCHS = {
     "mixtral_small": (2, 64, 4, 2, 96, 256, 4, False),
     "qwen3moe_small": (2, 64, 4, 2, 32, 256, 4, True),
+    # bench/README.md, "Per-expert sums": 8 experts of 512 x 512, 16.3M elements (196 MB of state).
+    "mixtral_bench": (2, 512, 8, 2, 512, 1024, 8, False),
 }
 
 

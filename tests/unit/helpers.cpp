@@ -3,10 +3,12 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
+#include "zeromount/ds/checkpoint.h"
 #include "zeromount/pt/file.h"
 
 namespace zm::test {
@@ -73,6 +75,59 @@ std::string fragment_bytes(const ds::TagIndex& ix, const ds::Param& p, size_t k)
   std::vector<pt::Extent> extents;
   for (const auto& f : ix.fragments(p, k)) extents.push_back(f.extent);
   return extent_bytes(ix, extents).substr(0, p.numel * pt::element_size(ix.master_dtype));
+}
+
+void write_elements(const ds::TagIndex& ix, const ds::Param& p, size_t k, uint64_t first,
+                    const std::vector<float>& values) {
+  for (const auto& f : ix.fragments(p, k)) {
+    const uint64_t lo = std::max(first, f.start), hi = std::min(first + values.size(), f.start + f.numel);
+    if (lo >= hi) continue;
+    std::fstream io(ix.shards.at(f.extent.file).path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(std::streamoff(f.extent.offset + (lo - f.start) * 4));
+    io.write(reinterpret_cast<const char*>(values.data() + (lo - first)), std::streamsize((hi - lo) * 4));
+  }
+}
+
+std::vector<double> expert_sumsq(const ds::TagIndex& ix, const std::string& param, size_t k) {
+  const ds::Param* p = ix.find(param);
+  if (!p) throw std::runtime_error(param + " is not in the tag");
+  const std::string bytes = fragment_bytes(ix, *p, k);
+  const uint64_t experts = uint64_t(p->shape.at(0)), per = p->numel / experts;
+  std::vector<double> out(experts, 0);
+  for (uint64_t i = 0; i < p->numel; ++i) {
+    float v;
+    std::memcpy(&v, bytes.data() + i * 4, 4);
+    out[i / per] += double(v) * double(v);
+  }
+  return out;
+}
+
+std::string moe_copy_with_expert(const std::string& param, size_t expert, float scale, bool zero_moments) {
+  const std::string ckpt = temp_dir() + "/checkpoint-2";
+  copy_fixture(kMoeRun, ckpt);
+  auto ix = ds::index_tag(ckpt + "/global_step2");
+  const ds::Param* p = ix->find(param);
+  if (!p) throw std::runtime_error(param + " is not in the tag");
+  const uint64_t per = p->numel / uint64_t(p->shape.at(0)), first = expert * per;
+  const std::string fp32 = fragment_bytes(*ix, *p, 0);
+  std::vector<float> slice(per);
+  std::memcpy(slice.data(), fp32.data() + first * 4, per * 4);
+  for (float& v : slice) v *= scale;
+  write_elements(*ix, *p, 0, first, slice);
+  // The module weight (fp32 in this run) changes with its master, as a reset changes both: only
+  // the numbers are wrong, not the module's agreement with them.
+  const ds::PlainTensor& module = ix->module_weights.at(size_t(p - ix->params.data()));
+  if (module.dtype != pt::DType::F32 || module.data.size() != 1) throw std::runtime_error("not an fp32 module");
+  std::fstream io(ix->shards.at(module.data[0].file).path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp(std::streamoff(module.data[0].offset + first * 4));
+  io.write(reinterpret_cast<const char*>(slice.data()), std::streamsize(per * 4));
+  if (zero_moments)
+    for (const char* state : {"exp_avg", "exp_avg_sq"}) {
+      const size_t k =
+          size_t(std::find(ix->state_names.begin(), ix->state_names.end(), state) - ix->state_names.begin());
+      write_elements(*ix, *p, k, first, std::vector<float>(per, 0.0f));
+    }
+  return ckpt;
 }
 
 }  // namespace zm::test

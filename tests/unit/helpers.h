@@ -38,4 +38,20 @@ std::string extent_bytes(const ds::TagIndex& ix, const std::vector<pt::Extent>& 
 // Parameter p's flat state k (0 = fp32) as its fragments hold it: p.numel elements.
 std::string fragment_bytes(const ds::TagIndex& ix, const ds::Param& p, size_t k);
 
+// Writes `values` (fp32 masters: ix.master_dtype F32) over elements [first, first + size) of
+// parameter p's flat state k (0 = fp32), in place in the shards, through its fragments.
+void write_elements(const ds::TagIndex& ix, const ds::Param& p, size_t k, uint64_t first,
+                    const std::vector<float>& values);
+
+// A real Trainer + DeepSpeed run with packed experts (fixtures/hf_moe/mixtral_z2_fp32/checkpoint-2,
+// tag global_step2, fp32, 4 experts): a copy in which expert `expert` of `param` has its fp32
+// master slice multiplied by `scale` (a reset to a small initialisation) and, with
+// `zero_moments`, its exp_avg and exp_avg_sq slices set to 0 (no token ever reached it).
+inline const std::string kMoeRun = "hf_moe/mixtral_z2_fp32/checkpoint-2";
+inline const std::string kPackedGateUp = "model.layers.0.mlp.experts.gate_up_proj";
+std::string moe_copy_with_expert(const std::string& param, size_t expert, float scale, bool zero_moments);
+// Per expert, the sum of squares (in double, element by element) of state k of `param`, read from
+// the shard bytes: what the checks must find, computed without the code under test.
+std::vector<double> expert_sumsq(const ds::TagIndex& ix, const std::string& param, size_t k);
+
 }  // namespace zm::test

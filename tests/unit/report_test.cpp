@@ -15,6 +15,7 @@
 #include "helpers.h"
 #include "view_helpers.h"
 #include "zeromount/ds/checkpoint.h"
+#include "zeromount/view/files/number_rules.h"
 #include "zeromount/view/files/report_html.h"
 #include "zeromount/view/files/report_page.h"
 #include "zeromount/view/files/report_run.h"
@@ -433,6 +434,136 @@ TEST(ReportAxis, LabelsTellTheEndsApartInAFixedWidth) {
   EXPECT_EQ(trim(lo) + trim(hi), "");
   std::tie(lo, hi) = view::html::axis_labels(1.0000000001, 1.0000000002, 10);  // too close for 10 characters
   EXPECT_NE(trim(lo), trim(hi));
+}
+
+// The rule for packed experts, case by case (number_rules.h).
+TEST(PackedExperts, TheNameAndShapeDecide) {
+  using view::packed_experts;
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.gate_up_proj", {8, 192, 64}), 8u);  // transformers 5
+  EXPECT_EQ(packed_experts("model.layers.3.mlp.experts.down_proj", {8, 64, 96}), 8u);
+  EXPECT_EQ(packed_experts("layers.1.moe.experts.w1", {16, 32, 8}), 16u);  // AutoEP
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.5.w1.weight", {96, 64, 3}), 0u) << "unpacked: a sibling";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.gate_up_proj_bias", {8, 192}), 0u) << "2-D";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.gate.weight", {8, 64, 2}), 0u) << "no experts component";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts", {8, 64, 2}), 0u) << "nothing after it";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.w1", {1, 64, 2}), 0u) << "one expert";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.experts.w1", {4097, 2, 2}), 0u) << "over the cap";
+  EXPECT_EQ(packed_experts("model.layers.0.mlp.shared_experts.w1", {8, 64, 2}), 0u) << "another module name";
+}
+
+// ExpertSums cuts blocks where a slice ends: each expert's sum of squares is that of its finite
+// values however the blocks fall, and the parameter's statistics are those of one add.
+TEST(PackedExperts, SumsPerExpertDoNotDependOnTheBlocks) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  const size_t experts = 5, per = 7;
+  std::vector<float> x(experts * per);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * float(1 + i / per);
+  x[3 * per + 2] = NAN;
+  x[4 * per] = INFINITY;
+  std::vector<double> want(experts, 0);
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::isfinite(x[i])) want[i / per] += double(x[i]) * double(x[i]);
+  view::Stats whole;
+  whole.add(x.data(), x.size());
+  for (size_t block : {1, 3, 4, 7, 9, 35}) {
+    view::Stats s;
+    view::ExpertSums sums(experts, x.size());
+    for (size_t at = 0; at < x.size(); at += block) sums.add(s, x.data() + at, std::min(block, x.size() - at));
+    ASSERT_TRUE(sums.packed());
+    EXPECT_EQ(sums.per_expert(), per);
+    for (size_t e = 0; e < experts; ++e) EXPECT_NEAR(sums.sumsq()[e], want[e], 1e-12 * want[e]) << block << " " << e;
+    EXPECT_EQ(s.n, whole.n);
+    EXPECT_EQ(s.nan, 1u);
+    EXPECT_EQ(s.inf, 1u);
+    EXPECT_NEAR(s.sumsq, whole.sumsq, 1e-12 * whole.sumsq);
+    EXPECT_NEAR(s.m2, whole.m2, 1e-9 * whole.m2);
+  }
+}
+
+// Packed experts (issue 43): <param>/info lists every expert's L2 norm and RMS, and the report
+// page's verdict and Experts section flag an expert whose RMS is off the experts' median by more
+// than 4x. Crafted on a real Trainer + DeepSpeed Mixtral run: expert 2 of layer 0's gate_up_proj
+// scaled to 1/20 (a reset to a small initialisation). The norms are checked against sums of
+// squares taken here from the shard bytes, and the unmodified run is not flagged.
+struct ExpertLine {
+  double norm, rms;
+  std::string outlier;
+};
+
+std::vector<ExpertLine> expert_lines(const std::string& info) {
+  std::vector<ExpertLine> out;
+  const std::regex line(R"re(expert +(\d+) +L2 norm +(\S+) +RMS +(\S+) +norm-outlier +(\S+))re");
+  for (std::sregex_iterator it(info.begin(), info.end(), line), end; it != end; ++it) {
+    EXPECT_EQ(std::stoul((*it)[1]), out.size());
+    out.push_back({std::stod((*it)[2]), std::stod((*it)[3]), (*it)[4]});
+  }
+  return out;
+}
+
+std::string verify_row(const std::string& html, const std::string& check) {
+  const size_t at = html.find("<td>" + check + "</td>");
+  return at == std::string::npos ? "" : html.substr(at, html.find("</tr>", at) - at);
+}
+
+TEST(ReportPages, AResetExpertOfAPackedParameterIsFlagged) {
+  const std::string ckpt = test::moe_copy_with_expert(test::kPackedGateUp, 2, 0.05f, false);
+  auto v = view::View::load(ckpt);
+  const auto ix = ds::index_tag(ckpt + "/global_step2");
+  const std::vector<double> want = test::expert_sumsq(*ix, test::kPackedGateUp, 0);
+  ASSERT_EQ(want.size(), 4u);
+  const uint64_t per = ix->find(test::kPackedGateUp)->numel / 4;
+  const view::Inode& info_file = at(*v, "/global_step2_params/" + test::kPackedGateUp + "/info");
+  const std::string info = content_of(*v, info_file);
+  EXPECT_EQ(uint64_t(v->attr(info_file).st_size), info.size()) << "sized before reading";
+  const auto lines = expert_lines(info);
+  ASSERT_EQ(lines.size(), 4u) << info;
+  for (size_t e = 0; e < 4; ++e) {
+    EXPECT_NEAR(lines[e].norm, std::sqrt(want[e]), 1e-7 * std::sqrt(want[e])) << e;
+    EXPECT_NEAR(lines[e].rms, std::sqrt(want[e] / double(per)), 1e-7 * std::sqrt(want[e] / double(per))) << e;
+    EXPECT_EQ(lines[e].outlier, e == 2 ? "yes" : "no") << info;
+  }
+  expect_sizes_known_at_stat(*v, {"/global_step2_params/report.html"});
+  const std::string html = content_of(*v, at(*v, "/global_step2_params/report.html"));
+  const std::string row = verify_row(html, "norm-outlier");
+  EXPECT_NE(row.find("<b class=\"g\">warn</b>  1 of 16"), std::string::npos) << row;  // red is for fail
+  EXPECT_NE(row.find("first: <code>" + test::kPackedGateUp + " expert 2"), std::string::npos) << row;
+  EXPECT_NE(html.find("<h2 id=\"experts\">"), std::string::npos);
+  EXPECT_NE(html.find("<a href=\"#experts\">Experts</a>"), std::string::npos);
+  const std::regex bar(
+      R"re(<rect[^>]*class="(.)"><title>model\.layers\.0\.mlp\.experts\.gate_up_proj expert (\d): RMS +(\S+),)re");
+  size_t bars = 0;
+  for (std::sregex_iterator it(html.begin(), html.end(), bar), end; it != end; ++it, ++bars) {
+    const size_t e = std::stoul((*it)[2]);
+    EXPECT_EQ((*it)[1], e == 2 ? "b" : "g") << "expert " << e << " red exactly when flagged";
+    EXPECT_NEAR(std::stod((*it)[3]), lines[e].rms, 1e-7 * lines[e].rms);
+  }
+  EXPECT_EQ(bars, 4u);
+
+  auto real = view::View::load(test::kFixtures + "/" + test::kMoeRun);
+  for (const char* layer : {"0", "1"})
+    for (const char* proj : {"gate_up_proj", "down_proj"}) {
+      const std::string name = std::string("model.layers.") + layer + ".mlp.experts." + proj;
+      const auto got = expert_lines(content_of(*real, at(*real, "/global_step2_params/" + name + "/info")));
+      ASSERT_EQ(got.size(), 4u) << name;
+      for (const auto& l : got) EXPECT_EQ(l.outlier, "no") << name;
+    }
+  const std::string clean = content_of(*real, at(*real, "/global_step2_params/report.html"));
+  EXPECT_NE(verify_row(clean, "norm-outlier").find("<b class=\"g\">pass</b>"), std::string::npos)
+      << verify_row(clean, "norm-outlier");
+}
+
+// An expert whose exp_avg_sq slice is all zero after a step never had a gradient: the page's
+// moments-not-reset warns, naming the expert, and its bar is red.
+TEST(ReportPages, AnExpertWithoutGradientIsFlagged) {
+  const std::string ckpt = test::moe_copy_with_expert(test::kPackedGateUp, 1, 1.0f, true);
+  auto v = view::View::load(ckpt);
+  const std::string html = content_of(*v, at(*v, "/global_step2_params/report.html"));
+  const std::string row = verify_row(html, "moments-not-reset");
+  EXPECT_NE(row.find("<b class=\"g\">warn</b>  1 of"), std::string::npos) << row;
+  EXPECT_NE(row.find("first: <code>" + test::kPackedGateUp + " expert 1 exp_avg_sq"), std::string::npos) << row;
+  EXPECT_NE(html.find("expert 1: RMS"), std::string::npos);
+  EXPECT_NE(html.find("exp_avg_sq all zero yes"), std::string::npos);
 }
 
 }  // namespace

@@ -47,6 +47,8 @@ struct ItemFigures {
   // elements are not the master rounded, and the first; master < 0 when it was not compared.
   int64_t master = -1;
   uint64_t not_rounded = 0, first_not_rounded = 0;
+  // A packed expert parameter's item (view::packed_experts): sums of squares per expert.
+  view::ExpertSums experts;
 };
 
 // The pass: one ItemFigures per Input::items entry, each item's bytes read once (a module weight

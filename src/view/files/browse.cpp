@@ -12,6 +12,7 @@
 #include "zeromount/pt/dump.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/text.h"
+#include "zeromount/view/files/number_rules.h"
 #include "zeromount/view/files/stats.h"
 
 namespace zm::view {
@@ -32,12 +33,34 @@ std::string file_name(const std::string& path) {
   return path.substr(path.find_last_of('/') + 1);
 }
 
-Stats compute_stats(const MountedTag& t, const ds::Param& p, const pt::ExtentReader& src) {
+// The weights' statistics, with the sums per expert of a packed parameter in the same pass.
+Stats compute_stats(const MountedTag& t, const ds::Param& p, const pt::ExtentReader& src, ExpertSums& experts) {
   Stats s;
   StateReader reader(t, p, {0});
   std::vector<std::vector<float>> block;
-  while (const size_t n = reader.next(src, block)) s.add(block[0].data(), n);
+  while (const size_t n = reader.next(src, block)) experts.add(s, block[0].data(), n);
   return s;
+}
+
+// A packed expert parameter's lines: every expert's L2 norm and RMS, and whether the norm-outlier
+// rule flags it (with fewer than kMinSiblings experts it judges none: "-"). Fixed widths, as the
+// statistics: `sums` not packed() gives the layout with zeros.
+void expert_lines(const ds::Param& p, uint64_t experts, const ExpertSums& sums,
+                  const std::function<void(const std::string&, const std::string&)>& line) {
+  const uint64_t per = p.numel / experts;
+  line("experts", std::to_string(experts) + " packed on dim 0, " + with_commas(per) +
+                      " elements each; RMS = L2 norm / sqrt(elements)");
+  const ExpertOutliers o = expert_outliers(sums.sumsq(), per);
+  const size_t w = std::to_string(experts - 1).size();
+  for (size_t e = 0; e < experts; ++e) {
+    const double sq = sums.packed() ? sums.sumsq()[e] : 0;
+    const char* flag = o.rms.empty() ? "  -" : o.outlier[e] ? "yes" : " no";
+    line("", "expert " + lpad(std::to_string(e), w) + "  L2 norm " + stat_text(std::sqrt(sq)) + "  RMS " +
+                 stat_text(std::sqrt(sq / double(per))) + "  norm-outlier " + flag);
+  }
+  line("", "median RMS " + stat_text(o.rms.empty() ? NAN : o.median) + " (" + std::to_string(kMinSiblings) +
+               " or more experts: an RMS over " + std::to_string(int(kOutlierFactor)) + "x the median or under 1/" +
+               std::to_string(int(kOutlierFactor)) + " of it is an outlier)");
 }
 
 }  // namespace
@@ -49,7 +72,8 @@ std::string params_readme(const std::string& tag, bool report) {
                  : "") +
          "summary              one row per trainable parameter: name, shape, dtype, numel, group, bytes\n"
          "<param>/info         shape, dtypes, group, which dp ranks hold which elements, statistics of the\n"
-         "                     finite fp32 values and counts of NaN and inf\n"
+         "                     finite fp32 values and counts of NaN and inf; packed experts (transformers 5's\n"
+         "                     mlp.experts.gate_up_proj [E, 2I, H]): every expert's L2 norm and RMS\n"
          "                     (computed when you read it, then cached)\n"
          "<param>/<state>.npy  one optimizer state as a numpy array: np.load(path, mmap_mode='r')\n\n"
          "Folder names are parameter names, escaped only where a name cannot be a folder: '/' is written %2F,\n"
@@ -128,8 +152,10 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
   // Fixed widths: the size is known before the values are read.
   const size_t count_width = with_commas(p.numel).size();
   auto count = [&](uint64_t c) { return lpad(with_commas(c), count_width); };
+  const uint64_t experts = packed_experts(p.name, p.shape);
+  ExpertSums sums(src ? experts : 0, p.numel);
   if (src) {
-    const Stats s = compute_stats(t, p, *src);
+    const Stats s = compute_stats(t, p, *src, sums);
     line("min", stat_text(s.lowest()));
     line("max", stat_text(s.highest()));
     line("mean", stat_text(s.average()));
@@ -141,6 +167,7 @@ std::string param_info(const MountedTag& t, const ds::Param& p, const pt::Extent
     for (const char* k : {"min", "max", "mean", "std", "L2 norm"}) line(k, stat_text(0));
     for (const char* k : {"NaN", "inf"}) line(k, count(0));
   }
+  if (experts) expert_lines(p, experts, sums, line);
   return o;
 }
 

@@ -13,6 +13,7 @@
 #include "zeromount/ds/inspect.h"
 #include "zeromount/pt/error.h"
 #include "zeromount/pt/pt_file.h"
+#include "zeromount/view/files/number_rules.h"
 #include "zeromount/view/files/report_figures.h"
 #include "zeromount/view/memo.h"
 #include "zeromount/view/worker_pool.h"
@@ -74,14 +75,17 @@ ParamFigures param_figures(const MountedTag& t, const ds::Param& p, const pt::Ex
   const bool adam = has_update(ix, p);
   const double eps = eps_of(ix, p.group);
   ParamFigures f;
+  const uint64_t experts = packed_experts(p.name, p.shape);
+  f.expert_weights = ExpertSums(experts, p.numel);
+  if (adam) f.expert_moment = ExpertSums(experts, p.numel);
   StateReader reader(t, p, adam ? std::vector<size_t>{0, avg, sq} : std::vector<size_t>{0});
   while (const size_t n = reader.next(src, s.block)) {
-    f.weights.add(s.block[0].data(), n);
+    f.expert_weights.add(f.weights, s.block[0].data(), n);
     s.weights.add(s.block[0].data(), n);
     if (!adam) continue;
     const float* m = s.block[1].data();
     const float* v = s.block[2].data();
-    f.moment.add(v, n);
+    f.expert_moment.add(f.moment, v, n);
     s.moment.add(v, n);
     s.update_values.resize(n);
     add_update_sizes(f.update, m, v, eps, n, s.update_values.data());

@@ -8,6 +8,8 @@
 
 #include "zeromount/ds/inspect.h"
 #include "zeromount/pt/text.h"
+#include "zeromount/view/files/number_rules.h"
+#include "zeromount/view/files/report_experts.h"
 #include "zeromount/view/files/report_html.h"
 
 namespace zm::view {
@@ -92,7 +94,12 @@ std::string left(std::string s, size_t width) {
 
 std::string verify_section(const ds::TagIndex& ix, const TagFigures* f) {
   size_t name_width = 0;
-  for (const auto& p : ix.params) name_width = std::max(name_width, escape(p.name).size());
+  for (const auto& p : ix.params) {
+    name_width = std::max(name_width, escape(p.name).size());
+    // A packed parameter's finding names an expert: "<param> expert 12 exp_avg_sq".
+    if (const uint64_t e = packed_experts(p.name, p.shape))
+      name_width = std::max(name_width, escape(expert_subject(p.name, e - 1)).size());
+  }
   const size_t subject_width =
       name_width + 1 + std::max<size_t>(10, ix.state_names.empty() ? 0 : escape(ix.state_names.front()).size());
   const size_t cw = html::digits(3 * ix.params.size());
@@ -312,10 +319,12 @@ std::string cost_section(const ds::TagIndex& ix, const TagFigures* f) {
 std::string tag_report(const MountedTag& t, const TagFigures* figures) {
   const ds::TagIndex& ix = *t.index;
   const std::vector<LayerFigures> layers = figures ? figures->layers : report_layers(t);
+  const std::string experts = experts_section(ix, figures);  // empty without packed experts
   std::string body =
       "<h1>Report of <code>" + escape(ix.tag) + "</code></h1>\n<p class=\"note\">Made up by " +
       "zeromount from the shards of this tag: nothing here is stored. <a href=\"#run\">Run</a> &middot; " +
       "<a href=\"#layers\">Layers</a> &middot; <a href=\"#params\">Parameters</a> &middot; " +
+      (experts.empty() ? "" : "<a href=\"#experts\">Experts</a> &middot; ") +
       "<a href=\"#verify\">Verify</a> &middot; <a href=\"#cost\">Cost</a></p>\n" + run_section(ix, figures) +
       verify_section(ix, figures);
   body += "<h2 id=\"layers\">Layers</h2>\n";
@@ -325,7 +334,7 @@ std::string tag_report(const MountedTag& t, const TagFigures* figures) {
                 ? layer_chart(layers, "Update size (mean of |exp_avg| / (sqrt(exp_avg_sq) + eps))", true, figures)
                 : "<p class=\"note\">No update sizes: the tag holds no exp_avg and exp_avg_sq.</p>\n";
   }
-  body += params_section(ix, figures, layers) + cost_section(ix, figures);
+  body += params_section(ix, figures, layers) + experts + cost_section(ix, figures);
   return html::page(ix.tag + " - zeromount report", body);
 }
 

@@ -65,6 +65,8 @@ Verdict tag_verdict(const ds::TagIndex& ix, const TagFigures& f) {
     if (!stepped) continue;
     if (sq_finite && all_zero(x.update, p.numel)) ++zero, found(reset, 1, p.name + " exp_avg");
     if (all_zero(x.moment, p.numel)) ++zero, found(reset, 1, p.name + " exp_avg_sq");
+    for (size_t e : experts_without_gradient(x.expert_moment.sumsq()))
+      found(reset, 1, expert_subject(p.name, e) + " exp_avg_sq");
   }
   if (moments && zero == moments) reset.result = 2;  // every moment: the optimizer state looks reset
   for (const auto& [key, members] : siblings) {
@@ -76,6 +78,13 @@ Verdict tag_verdict(const ds::TagIndex& ix, const TagFigures& f) {
     outlier.subjects += members.size();
     for (size_t j = 0; j < members.size(); ++j)
       if (out[j]) found(outlier, 1, ix.params[members[j]].name);
+  }
+  for (size_t k = 0; k < ix.params.size() && k < f.params.size(); ++k) {  // the experts of one packed parameter
+    const ExpertSums& w = f.params[k].expert_weights;
+    const ExpertOutliers o = expert_outliers(w.sumsq(), w.per_expert());
+    outlier.subjects += o.rms.size();
+    for (size_t e = 0; e < o.rms.size(); ++e)
+      if (o.outlier[e]) found(outlier, 1, expert_subject(ix.params[k].name, e));
   }
   return v;
 }

@@ -185,6 +185,41 @@ ZM_CLONES void Stats::add(const double* x, size_t count) {
   add_block(*this, x, count);
 }
 
+ExpertSums::ExpertSums(uint64_t experts, uint64_t numel) {
+  if (!experts || numel % experts) return;  // not packed, or not E equal slices: plain Stats
+  sumsq_.assign(experts, 0);
+  per_ = numel / experts;
+}
+
+template <typename T>
+void ExpertSums::add_pieces(Stats& s, const T* x, size_t count) {
+  while (count) {
+    const uint64_t e = at_ / per_;
+    const size_t n = size_t(std::min<uint64_t>(count, (e + 1) * per_ - at_));
+    Stats piece;
+    piece.add(x, n);
+    if (e < sumsq_.size()) sumsq_[e] += piece.sumsq;
+    s.merge(piece);
+    x += n;
+    count -= n;
+    at_ += n;
+  }
+}
+
+void ExpertSums::add(Stats& s, const float* x, size_t count) {
+  if (packed())
+    add_pieces(s, x, count);
+  else
+    s.add(x, count);
+}
+
+void ExpertSums::add(Stats& s, const double* x, size_t count) {
+  if (packed())
+    add_pieces(s, x, count);
+  else
+    s.add(x, count);
+}
+
 void add_update_sizes(Stats& stats, const float* m, const float* v, double eps, size_t count, float* out) {
   if (!count) return;
   // Two values at a time; sqrt one by one (a vector sqrt has no portable spelling), which with

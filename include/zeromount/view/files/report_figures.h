@@ -44,6 +44,9 @@ struct ParamFigures {
   Stats update;                // |exp_avg| / (sqrt(exp_avg_sq) + eps), element by element, in double
   uint32_t median_bucket = 0;  // the GridHistogram bucket of the median update (update.n > 0)
   Bins weight_bins, moment_bins;
+  // Packed experts (number_rules.h): sums of squares per expert of the weights and of exp_avg_sq;
+  // not packed() otherwise.
+  ExpertSums expert_weights, expert_moment;
 };
 
 // A layer: the parameters that share the name up to the first numeric component

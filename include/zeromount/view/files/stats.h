@@ -30,6 +30,29 @@ struct Stats {
   double l2() const { return n ? std::sqrt(sumsq) : NAN; }
 };
 
+// The sums of squares per expert of a packed expert parameter (number_rules.h: packed_experts), in
+// the same pass as its Stats: each expert is a contiguous slice of the flat elements, so a block is
+// added to the Stats in pieces cut where a slice ends, and each piece's sum of squares (of its
+// finite values, as Stats::l2) is also the expert's. Nothing is read or computed twice, and the
+// memory is one double per expert. Not packed (experts 0): add() is Stats::add.
+class ExpertSums {
+ public:
+  ExpertSums() = default;
+  ExpertSums(uint64_t experts, uint64_t numel);
+  // The next `count` elements, in order.
+  void add(Stats& s, const float* x, size_t count);
+  void add(Stats& s, const double* x, size_t count);
+  bool packed() const { return !sumsq_.empty(); }
+  const std::vector<double>& sumsq() const { return sumsq_; }  // by expert
+  uint64_t per_expert() const { return per_; }                 // elements of each
+
+ private:
+  template <typename T>
+  void add_pieces(Stats& s, const T* x, size_t count);
+  std::vector<double> sumsq_;
+  uint64_t per_ = 0, at_ = 0;
+};
+
 // The size of Adam's update, |m| / (sqrt(v) + eps), of `count` elements, computed in double: its
 // statistics added to `stats`, and each size rounded once to float into `out` (the grid counts floats).
 void add_update_sizes(Stats& stats, const float* m, const float* v, double eps, size_t count, float* out);
