@@ -239,7 +239,6 @@ class Comparer {
   std::map<std::string, std::string> storage_pairs_, storage_pairs_back_;
 };
 
-
 // A real native save at `target`: resaved/<target>/ (DeepSpeed re-saved the state there), or the
 // source's own checkpoint/ when `target` is its own layout.
 struct Resaved {

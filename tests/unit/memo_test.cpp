@@ -23,7 +23,8 @@ struct Weighed {
 TEST(Memo, KeepsTheMostRecentlyUsedWithinItsByteBudget) {
   view::MemoWeight weight;
   {
-    view::Memo<int, Weighed, 8> memo(100, [](const Weighed& w) { return w.bytes(); }, &weight);
+    view::Memo<int, Weighed, 8> memo(
+        100, [](const Weighed& w) { return w.bytes(); }, &weight);
     int made = 0;
     auto get = [&](int k, uint64_t size) {
       return memo.get(k, [&] {

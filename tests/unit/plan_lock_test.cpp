@@ -83,8 +83,7 @@ TEST(PlanLock, NoPlanIsMadeUnderTheTreesExclusiveLock) {
   const std::vector<std::string> paths = {"/layouts/zero2-dp3-fp32/" + tag, "/layouts/zero1-dp5-bf16/" + tag,
                                           "/layouts/fsdp-dp2/pytorch_model_fsdp_0/.metadata",
                                           "/layouts/fsdp-dp3/optimizer_0/.metadata", "/" + tag + "_dcp/.metadata"};
-  for (const std::string& path : paths)
-    ASSERT_NE(find(*v, path), nullptr) << path;
+  for (const std::string& path : paths) ASSERT_NE(find(*v, path), nullptr) << path;
   const Inode* rank = find(*v, "/layouts/zero2-dp3-fp32/" + tag + "/zero_pp_rank_2_mp_rank_00_optim_states.pt");
   ASSERT_NE(rank, nullptr);
   EXPECT_GT(test::content_of(*v, *rank).size(), 0u);

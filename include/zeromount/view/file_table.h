@@ -78,9 +78,9 @@ class FileTable : public pt::ExtentReader {
   void read_here(uint32_t file, uint64_t offset, void* buf, size_t n) const;
   std::vector<std::unique_ptr<Entry>> files_;  // guarded by table_mu_; the entries never move
   std::unordered_map<std::string, uint32_t> by_path_;
-  mutable std::shared_mutex table_mu_;  // lock order: src/view/core/growth.h
+  mutable std::shared_mutex table_mu_;  // lock order: src/view/core/checkpoint_folder.h
   mutable std::atomic<uint64_t> bytes_read_{0};
-  mutable std::mutex mu_;                 // the open descriptors (lock order: src/view/core/growth.h)
+  mutable std::mutex mu_;                 // the open descriptors (lock order: src/view/core/checkpoint_folder.h)
   mutable std::list<uint32_t> open_lru_;  // most recently used first
   std::chrono::milliseconds deadline_{0};
   mutable std::atomic<bool> probing_{false};  // a read trying a source that has not answered

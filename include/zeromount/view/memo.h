@@ -149,7 +149,7 @@ class Memo {
     }
   }
 
-  mutable std::mutex mu_;  // a leaf (lock order: src/view/core/growth.h)
+  mutable std::mutex mu_;  // a leaf (lock order: src/view/core/checkpoint_folder.h)
   std::list<Entry> kept_;  // most recently used first
   std::map<Key, Iter> at_;
   uint64_t made_ = 0;

@@ -255,7 +255,7 @@ class Tree {
   std::list<uint64_t> made_;  // what LazyDirs made, oldest first
   uint64_t next_ = 1;
   size_t files_ = 0;
-  mutable std::shared_mutex mu_;  // lock order: src/view/core/growth.h
+  mutable std::shared_mutex mu_;  // lock order: src/view/core/checkpoint_folder.h
 };
 
 }  // namespace zm::view

@@ -144,7 +144,7 @@ class View final : public LiveSource {
 
  private:
   struct Growth;
-  class Folder;  // a checkpoint folder: fills, rescans and follows its source (growth.h)
+  class Folder;  // a checkpoint folder: fills, rescans and follows its source (checkpoint_folder.h)
   View(const ViewOptions& opts, struct timespec mtime);
   // Makes the entries of real folder `dir` if they are not made yet: its real entries and, for a
   // folder that holds tags, their index and every provider's entries (fill.cpp).
@@ -177,7 +177,7 @@ class View final : public LiveSource {
   // Built files by inode, the least recently used dropped beyond cache_bytes (what their headers and
   // segment tables hold); readers of one file at once wait for one build.
   mutable Memo<uint64_t, pt::VirtualFile, std::numeric_limits<size_t>::max()> built_;
-  // A network source's rescans, off the request path (growth.cpp), made by start_serving; last, so
+  // A network source's rescans, off the request path (checkpoint_folder.cpp), made by start_serving; last, so
   // that its thread is joined before what it rescans goes.
   mutable std::unique_ptr<OffPath> rescans_;
 };

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "growth.h"
+#include "checkpoint_folder.h"
 #include "zeromount/ds/checkpoint.h"
 #include "zeromount/ds/index_cache.h"
 #include "zeromount/pt/error.h"
@@ -57,13 +57,14 @@ std::unique_ptr<View> View::load(const std::string& source, const ViewOptions& o
   const auto t1 = Clock::now();
 
   const Folder& root = *v->growth_->folders.at(Tree::kRoot);
-  for (const auto& t : root.tags) {
+  const std::vector<const MountedTag*> tags = root.indexed_tags();
+  for (const MountedTag* t : tags) {
     v->stats_.state_bytes += t->index->state_bytes();
     v->stats_.params += t->index->params.size();
   }
-  v->stats_.tags = root.tags.size();
+  v->stats_.tags = tags.size();
   v->stats_.cache_hits = v->growth_->cache_hits;
-  v->stats_.refused_tags = root.errors.size();
+  v->stats_.refused_tags = root.tag_counts().second;
   for (uint64_t c : tree.get(Tree::kRoot)->folder().children)
     v->stats_.folders += tree.get(c)->is_dir() && !tree.get(c)->folder().real.empty();
   v->stats_.files = tree.files();
@@ -196,6 +197,20 @@ std::string View::describe(const Inode& n) const {
   std::string path;
   for (auto it = names.rbegin(); it != names.rend(); ++it) path += "/" + **it;
   return path.empty() ? "/" : path;
+}
+
+const View::Folder* View::folder_of(const Inode& dir) const {
+  std::vector<uint64_t> up;  // the folder and those above it, read before Growth::mu is taken
+  for (const Inode* n = &dir; n; n = n->ino == Tree::kRoot ? nullptr : tree_.get(n->parent)) up.push_back(n->ino);
+  std::lock_guard<std::mutex> lock(growth_->mu);
+  for (uint64_t ino : up)
+    if (auto it = growth_->folders.find(ino); it != growth_->folders.end()) return it->second.get();
+  return nullptr;
+}
+
+bool View::refresh(const Inode& dir) const {
+  const Folder* f = folder_of(dir);
+  return f && f->refresh();
 }
 
 }  // namespace zm::view

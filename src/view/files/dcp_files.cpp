@@ -354,8 +354,8 @@ std::shared_ptr<const DcpPlans> make_dcp_plans() {
   return std::make_shared<const DcpPlans>();
 }
 
-std::shared_ptr<const LazyDir> make_dcp_dir(std::shared_ptr<const DcpPlans> plans, const MountedTag& t,
-                                            DcpShape shape, struct timespec mtime) {
+std::shared_ptr<const LazyDir> make_dcp_dir(std::shared_ptr<const DcpPlans> plans, const MountedTag& t, DcpShape shape,
+                                            struct timespec mtime) {
   return std::make_shared<DcpDir>(std::move(plans), t, shape, mtime);
 }
 

@@ -273,9 +273,9 @@ class Targets final : public LazyDir {
   mutable std::vector<const MountedTag*> tags_;
   std::vector<std::string> listed_;
   const CheckpointFolder* folder_;
-  FileTable* files_;  // the View's, which outlives this folder
+  FileTable* files_;                           // the View's, which outlives this folder
   std::shared_ptr<const DcpPlans> dcp_plans_;  // the View's: fsdp-dp<W>'s folders
-  bool has_latest_;   // the folder has a `latest`, which every target shows
+  bool has_latest_;                            // the folder has a `latest`, which every target shows
   uint64_t max_shard_bytes_;
   struct timespec mtime_;
   mutable std::set<std::string> refused_;  // make() runs under the tree's exclusive lock
@@ -403,8 +403,8 @@ class LayoutsProvider final : public Provider {
     // one over that is any other file, shown as is, and nothing is made from it.
     const Inode* latest = cx.tree().lookup(cx.dir(), "latest");
     const bool has_latest = latest && latest->is_live();
-    cx.tree().set_lazy(dir, std::make_shared<Targets>(tags, std::move(listed), &cx.folder(), &cx.files(), cx.dcp_plans(), has_latest,
-                                                      o.max_shard_bytes, mtime));
+    cx.tree().set_lazy(dir, std::make_shared<Targets>(tags, std::move(listed), &cx.folder(), &cx.files(),
+                                                      cx.dcp_plans(), has_latest, o.max_shard_bytes, mtime));
   }
 
  private:

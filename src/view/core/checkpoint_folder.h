@@ -1,8 +1,9 @@
 #pragma once
 // What a View learns and changes while mounted (docs/SEMANTICS.md, "A live checkpoint folder"):
 // the real folders it has filled, the tags each serves (appended only), what each `latest` shows,
-// the refused and deleted tags, the read counters. Private to view.cpp (the load and the policy),
-// fill.cpp (making a real folder's entries) and growth.cpp (everything after).
+// the refused and deleted tags, the read counters. Private to view/core: view.cpp (the load and the
+// policy), fill.cpp (making a real folder's entries), checkpoint_folder.cpp (a checkpoint folder's
+// fill and everything after) and status.cpp (the texts of .zeromount/).
 //
 // Lock order (as EdenFS's InodeLocks.md writes it down): a thread takes these only downward, never
 // one above a lock it holds. Each line says what may be taken while holding it.
@@ -96,7 +97,7 @@ class View::Folder final : public CheckpointFolder {
   // Its first fill (fill.cpp), under Growth::fill_mu, once the View has published it: indexes the
   // tags `scan` found, then shows its real entries and every provider's entries beside the tags.
   void fill(const ds::CheckpointDir& scan) const;
-  // View::refresh for this folder (growth.cpp): at most once per rescan period, never waiting for
+  // View::refresh for this folder: at most once per rescan period, never waiting for
   // another thread's rescan (on a network source, waiting a moment only: it runs off the request
   // path). True if anything was added.
   bool refresh() const;
@@ -106,6 +107,19 @@ class View::Folder final : public CheckpointFolder {
   // The tag's path inside the mount, as errors name it.
   std::string inside(const std::string& tag) const { return rel.empty() ? tag : rel + "/" + tag; }
 
+  // For .zeromount/errors, under its lock: (the entry a line is about, the line) for its refused
+  // tags, `latest`'s note and its refused made-up entries; `inside` names a reason's files as the
+  // mount shows them.
+  std::vector<std::pair<std::string, std::string>> error_lines(
+      const std::function<std::string(const std::string&)>& inside) const;
+  // For .zeromount/stats, under its lock: the tags it serves, and those refused (not lost ones).
+  std::pair<size_t, size_t> tag_counts() const;
+  // The tags it indexed, in order (at the load's end, for the mount's counters: no rescan yet).
+  std::vector<const MountedTag*> indexed_tags() const;
+  // Held by View::fill from before the folder is published until its fill ends: a rescan waits.
+  std::unique_lock<std::mutex> hold_scans() const { return std::unique_lock<std::mutex>(scan_mu); }
+
+ private:
   // Appended under scan_mu (or at the fill, before anyone else sees the folder); never removed.
   mutable std::vector<std::unique_ptr<ds::TagIndex>> indexes;
   mutable std::vector<std::unique_ptr<MountedTag>> tags;
@@ -122,7 +136,6 @@ class View::Folder final : public CheckpointFolder {
   // Made-up entries not served, and why (refuse_entry).
   mutable std::map<std::string, std::string> refused_entries;
 
- private:
   // A network source's rescan or read of `latest` on its way on the View's rescan thread.
   mutable std::atomic<bool> rescan_posted_{false}, latest_posted_{false};
   // Under scan_mu.
