@@ -18,8 +18,8 @@ fsdp2() {  # fsdp2 FIXTURE W
 ds() {  # ds FIXTURE STAGE W PREC VARIANT(match|oracle) [extra args]
   local fx=$1 st=$2 w=$3 pr=$4 v=$5; shift 5
   mkdir -p "$R/zm-mnt/d41-$fx"; mountpoint -q "$R/zm-mnt/d41-$fx" || "$ZM" "$FX/$fx/checkpoint" "$R/zm-mnt/d41-$fx"
-  local out=ds.$fx.zero$st-dp$w-$pr.$v
-  ./run_in_env.sh python3 harness/launch.py --nproc $w /oracle/out/bin41d/ds_steps.py --stage $st --tag step-3 \
+  local out=ds.$fx.zero$st-dp$w-$pr.$v tag; tag=$(ls "$FX/$fx/checkpoint")   # step-3 | checkpoint-3
+  ./run_in_env.sh python3 harness/launch.py --nproc $w /oracle/out/bin41d/ds_steps.py --stage $st --tag $tag \
     --load-dir /zm-mnt/d41-$fx/layouts/zero$st-dp$w-$pr $([ $v = match ] && echo --match-fsdp2) "$@" \
     --result /oracle/out/l41d/$out.pt >out/l41d/$out.log 2>&1
   fsdp2 $fx $w
@@ -33,6 +33,8 @@ case "${1:-all}" in
     ds torchtitan_ws2_fp32 1 2 fp32 match
     ds torchtitan_ws2_fp32 1 3 fp32 match
     ds fsdp2_ws2_bf16mixed 2 2 bf16 match --dtype bf16 --gloo-half-shim
+    ds fsdp2_ws3_fp32 2 3 fp32 match
+    ds hf_fsdp_ws2_fp32 2 2 fp32 match
     ;;
   *) ds "$@" ;;
 esac
