@@ -5,14 +5,17 @@
 set -euo pipefail
 S="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$S/../../.." && pwd)"
-: "${HF_ROOTFS:=/tmp/ds-hf/rootfs}" "${HF_WORK:=/tmp/hf41d/work}" "${ZM:=$REPO/build/zeromount}"
+: "${W:=2}" "${HF_ROOTFS:=/tmp/ds-hf/rootfs}" "${HF_WORK:=/tmp/hf41d/work}" "${ZM:=$REPO/build/zeromount}"
 HFDIR=${HFDIR:-$REPO/../shared/oracle/hf}
 run() { ORACLE_ROOTFS=$HF_ROOTFS HF_WORK=$HF_WORK "$HFDIR/run_in_env.sh" "$@"; }
 mkdir -p "$HF_WORK" && cp "$S"/*.py "$HF_WORK/"
-[ -f "$HF_WORK/llama/live_model.pt" ] || run python3 /w/train_fsdp2_llama.py --out /w/llama --world 2 --steps 2
+L=llama$([ "$W" = 2 ] || echo "$W")     # llama (W=2), llama3 (W=3)
+[ -f "$HF_WORK/$L/live_model.pt" ] || run python3 /w/train_fsdp2_llama.py --out /w/$L --world "$W" --steps 2
 for s in fsdp2 trainer; do
-  mkdir -p "$HF_ROOTFS/zm-mnt/h41-$s"
-  mountpoint -q "$HF_ROOTFS/zm-mnt/h41-$s" || "$ZM" "$HF_WORK/llama/$s" "$HF_ROOTFS/zm-mnt/h41-$s"
+  mkdir -p "$HF_ROOTFS/zm-mnt/h41$L-$s"
+  mountpoint -q "$HF_ROOTFS/zm-mnt/h41$L-$s" || "$ZM" "$HF_WORK/$L/$s" "$HF_ROOTFS/zm-mnt/h41$L-$s"
 done
-run bash -c 'python3 /w/check_from_pretrained.py /w/llama/live_model.pt /zm-mnt/h41-fsdp2/step-2_fp32
-             python3 /w/check_from_pretrained.py /w/llama/live_model.pt /zm-mnt/h41-trainer/checkpoint-2_fp32'
+rc=0
+run python3 /w/check_from_pretrained.py /w/$L/live_model.pt /zm-mnt/h41$L-fsdp2/step-2_fp32 || rc=1
+run python3 /w/check_from_pretrained.py /w/$L/live_model.pt /zm-mnt/h41$L-trainer/checkpoint-2_fp32 || rc=1
+exit $rc
