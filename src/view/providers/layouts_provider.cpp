@@ -315,7 +315,9 @@ std::string made_up_note(const ds::TagIndex& ix) {
          "  ds_version: " +
          ds::kMadeDsVersion +
          " (the loaders the files are made for); loss scaler: DeepSpeed's default\n"
-         "    (static 1; fp16 targets dynamic, 2^16); clip_grad 0.0\n";
+         "    (static 1; fp16 targets dynamic, 2^16); clip_grad 0.0 (a DCP save keeps none): DeepSpeed's\n"
+         "    ZeRO-1/2 load takes clip_grad from these files, not from the engine's gradient_clipping, so set\n"
+         "    engine.optimizer.clip_grad after load_checkpoint to clip (docs/oracle-results.md)\n";
 }
 
 std::string readme(const std::string& dir, const std::string& own, const std::string& note,
