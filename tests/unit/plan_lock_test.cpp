@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 namespace zm {
 namespace {
 
+namespace fs = std::filesystem;
 using test::find;
 using view::Inode;
 using view::Tree;
@@ -88,6 +90,24 @@ TEST(PlanLock, NoPlanIsMadeUnderTheTreesExclusiveLock) {
   ASSERT_NE(rank, nullptr);
   EXPECT_GT(test::content_of(*v, *rank).size(), 0u);
   EXPECT_GE(w.entries.load() - entries0, 5u) << "five plans made and kept";
+  EXPECT_EQ(w.made_under_tree_lock.load() - locked0, 0u);
+}
+
+// A tag saved after the mount joins every layouts/ target made so far: its plans are made before the
+// rescan's append (Provider::prepare_tag), not under it.
+TEST(PlanLock, ATagSavedAfterTheMountJoinsTheTargetsWithItsPlansMadeFirst) {
+  const std::string src = test::temp_dir() + "/ckpt";
+  fs::copy(test::kFixtures + "/z2_ws2_fp32_pg2/checkpoint", src, fs::copy_options::recursive);
+  view::ViewOptions o;
+  o.rescan_seconds = 1e-9;  // every miss rescans
+  auto v = view::View::load(src, o);
+  ASSERT_NE(find(*v, "/layouts/zero3-dp4-fp32/global_step3"), nullptr);
+  fs::copy(src + "/global_step3", src + "/global_step5", fs::copy_options::recursive);
+  auto& w = view::plan_weight();
+  const uint64_t locked0 = w.made_under_tree_lock.load();
+  ASSERT_NE(find(*v, "/global_step5"), nullptr) << "a lookup of the new tag rescans";
+  ASSERT_NE(find(*v, "/layouts/zero3-dp4-fp32/global_step5"), nullptr);
+  ASSERT_NE(find(*v, "/layouts/zero2-dp2-fp32/global_step5"), nullptr) << "the own layout, listed";
   EXPECT_EQ(w.made_under_tree_lock.load() - locked0, 0u);
 }
 

@@ -160,6 +160,9 @@ class Provider {
   virtual std::string_view kind() const = 0;
   // Adds this kind's entries for one indexed tag, beside it in cx.folder(). `tag` outlives the tree.
   virtual void add_tag(ProviderContext& cx, const MountedTag& tag) const {}
+  // Before add_tag of a tag indexed after the mount, holding no lock of the tree (cx's tree is for
+  // lookups only): makes what add_tag will need that costs, so that the append stalls no one.
+  virtual void prepare_tag(ProviderContext& cx, const MountedTag& tag) const {}
   // Adds entries that depend on every tag of a checkpoint folder (e.g. latest_universal), after
   // the add_tag calls of its tags, once per folder.
   virtual void add_folder(ProviderContext& cx, const std::vector<const MountedTag*>& tags) const {}

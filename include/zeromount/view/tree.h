@@ -201,6 +201,8 @@ class Tree {
   const Inode* lookup(uint64_t parent, std::string_view name, bool ref = false) const;
   // The entry at listing position k (eager entries, then the LazyDir's listed names), or nullptr.
   const Inode* listed_child(const Inode& dir, uint64_t k, bool ref = false) const;
+  // The names folder `dir` holds now, eager and made (under the shared lock).
+  std::vector<std::string> names(uint64_t dir) const;
   const Inode* get(uint64_t ino) const {
     Reading lock(*this);
     auto it = nodes_.find(ino);

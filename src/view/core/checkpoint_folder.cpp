@@ -467,6 +467,11 @@ bool View::Folder::index_new_tags(const std::vector<std::string>& names, bool af
 
 void View::Folder::show_tags(const std::vector<const MountedTag*>& added) const {
   if (added.empty()) return;
+  if (built) {  // what the providers' add_tag will need, made before the tree's lock
+    ProviderContext cx = context(view.tree_, false);
+    for (const auto& p : providers())
+      for (const MountedTag* t : added) p->prepare_tag(cx, *t);
+  }
   view.tree_.append([&](Tree& tree) {
     // A tag saved since the last scan: refresh has just mirrored its folder. One refused before
     // (a plain real folder) may have gained files since.

@@ -16,11 +16,12 @@
 //   LazyDir::prepare   before a lookup takes Tree::mu_, holding no lock of the tree: makes the plans
 //                      make() needs (Memo::mu_, then the plan's own work: FileTable), so that a
 //                      first layouts/<target> lookup stalls no other lookup or listing.
+//                      Provider::prepare_tag does the same, before the append that shows a tag
+//                      indexed after the mount, for the layouts/ targets made so far.
 //   Tree::mu_          the tree: shared for lookups, exclusive for appends and LazyDir::make (the
 //                      holding thread's own lookups do not lock again). Under it, exclusive:
 //                      Folder::mu (is_tag, refuse_entry, take_latest), Growth::mu, the leaves; a plan
-//                      make() finds evicted since prepare, or one a tag indexed after the mount needs
-//                      (Targets::add, under Tree::append), is made here. Never fill_mu or scan_mu: a
+//                      evicted since it was prepared is made again here. Never fill_mu or scan_mu: a
 //                      lookup rescans (View::refresh) before it locks the tree.
 //   Growth::mu         the folder map, counters, readers. Under it: Folder::mu in stats_text and
 //                      errors_text (one at a time), nothing else (folder_of reads the tree first).

@@ -253,6 +253,13 @@ const Inode* Tree::lookup(uint64_t parent, std::string_view name, bool ref) cons
   return held(make_lazy(*p, name));
 }
 
+std::vector<std::string> Tree::names(uint64_t dir) const {
+  Reading lock(*this);
+  std::vector<std::string> out;
+  for (const auto& [name, ino] : nodes_.at(dir)->folder().by_name) out.push_back(name);
+  return out;
+}
+
 const Inode* Tree::listed_child(const Inode& dir, uint64_t k, bool ref) const {
   const FolderData& folder = dir.folder();
   {

@@ -161,6 +161,21 @@ class Targets final : public LazyDir {
     std::erase(tags_, &tag);
   }
 
+  // add()'s plans for `tag`, made before the tree's lock: one per listed target and per target made
+  // so far. A plan that fails is left to add(), which says why.
+  void prepare_tag(const Tree& tree, uint64_t dir, const MountedTag& tag) const {
+    std::vector<std::string> names = listed_;
+    for (std::string& name : tree.names(dir)) names.push_back(std::move(name));
+    for (const std::string& name : names) {
+      const auto target = ds::parse_target(name);
+      if (!target) continue;
+      try {
+        plans_->get(tag, *target);
+      } catch (const Error&) {
+      }
+    }
+  }
+
   void add(Tree& tree, uint64_t dir, const MountedTag& tag) const {
     for (const std::string& name : listed_) {  // a listed name must keep resolving
       try {
@@ -356,8 +371,11 @@ class LayoutsProvider final : public Provider {
   // add_folder makes the folder for every tag; a tag indexed later joins it.
   void add_tag(ProviderContext& cx, const MountedTag& tag) const override {
     if (cx.building()) return;
-    if (const Targets* t = targets(cx))
-      t->add(cx.tree(), cx.tree().lookup(cx.dir(), cx.options().layouts_dir)->ino, tag);
+    if (const Targets* t = targets(cx)) t->add(cx.tree(), layouts_dir(cx), tag);
+  }
+
+  void prepare_tag(ProviderContext& cx, const MountedTag& tag) const override {
+    if (const Targets* t = targets(cx)) t->prepare_tag(cx.tree(), layouts_dir(cx), tag);
   }
 
   void drop_tag(ProviderContext& cx, const MountedTag& tag) const override {
@@ -411,6 +429,7 @@ class LayoutsProvider final : public Provider {
 
  private:
   // The layouts/ folder this provider made in cx's folder, if any (a real one of that name wins).
+  static uint64_t layouts_dir(ProviderContext& cx) { return cx.tree().lookup(cx.dir(), cx.options().layouts_dir)->ino; }
   const Targets* targets(ProviderContext& cx) const {
     const Inode* dir = cx.tree().lookup(cx.dir(), cx.options().layouts_dir);
     if (!dir || dir->made_by != this) return nullptr;
