@@ -41,6 +41,16 @@ class Plans {
       return std::make_shared<const LayoutTag>(tag, target);
     });
   }
+  // get() ahead of a lookup or an append, holding no tree lock (LazyDir::prepare, prepare_tag):
+  // false when the tag cannot be presented at `target`, which the lookup or append then says.
+  bool prepare(const MountedTag& tag, const ds::TargetLayout& target) const {
+    try {
+      get(tag, target);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
   // A target is served whole or not at all: every tag has its plan, or zm::Error names why not.
   // The listing, a lookup and a tag indexed after the mount all decide here.
   void check(const std::vector<const MountedTag*>& tags, const ds::TargetLayout& target) const {
@@ -110,13 +120,8 @@ class Targets final : public LazyDir {
   void prepare(std::string_view name) const override {
     const auto target = ds::parse_target(name);
     if (!target) return;
-    for (const MountedTag* t : present()) {
-      try {
-        plans_->get(*t, *target);
-      } catch (const Error&) {
-        return;
-      }
-    }
+    for (const MountedTag* t : present())
+      if (!plans_->prepare(*t, *target)) return;
   }
 
   uint64_t make(Tree& tree, uint64_t dir, std::string_view name) const override {
@@ -166,14 +171,8 @@ class Targets final : public LazyDir {
   void prepare_tag(const Tree& tree, uint64_t dir, const MountedTag& tag) const {
     std::vector<std::string> names = listed_;
     for (std::string& name : tree.names(dir)) names.push_back(std::move(name));
-    for (const std::string& name : names) {
-      const auto target = ds::parse_target(name);
-      if (!target) continue;
-      try {
-        plans_->get(tag, *target);
-      } catch (const Error&) {
-      }
-    }
+    for (const std::string& name : names)
+      if (const auto target = ds::parse_target(name)) plans_->prepare(tag, *target);
   }
 
   void add(Tree& tree, uint64_t dir, const MountedTag& tag) const {
