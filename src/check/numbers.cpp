@@ -321,7 +321,10 @@ std::vector<ItemFigures> item_figures(Input& in, Findings& f) {
       continue;
     }
     const int64_t mk = module[k];
-    x.experts = view::ExpertSums(view::packed_experts(it.param, it.shape), it.numel());
+    // Per-expert sums where a check reads them (norm-outlier, moments-not-reset): cutting every
+    // other item's blocks at expert boundaries would only slow the pass.
+    if (it.state == kWeight || it.state == "exp_avg_sq")
+      x.experts = view::ExpertSums(view::packed_experts(it.param, it.shape), it.numel());
     try {
       ValueBlocks b(it, in.files);
       if (mk < 0) {
@@ -335,7 +338,6 @@ std::vector<ItemFigures> item_figures(Input& in, Findings& f) {
       const Item& m = in.items[size_t(mk)];
       ItemFigures& y = out[size_t(mk)];
       done[size_t(mk)] = true;
-      y.experts = view::ExpertSums(view::packed_experts(m.param, m.shape), m.numel());
       ValueBlocks bm(m, in.files);
       const size_t es = pt::element_size(m.dtype);
       for (size_t n; (n = b.next(fl, db)) > 0;) {

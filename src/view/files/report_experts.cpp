@@ -32,13 +32,14 @@ const char* yes_no(bool b) {
 // One packed parameter: a bar per expert, red where the verdict flags it.
 std::string expert_chart(const ds::Param& p, uint64_t experts, const ParamFigures* pf) {
   ExpertOutliers o;
-  std::vector<size_t> quiet;
+  std::vector<bool> quiet(experts);  // exp_avg_sq all zero: no gradient reached it
   if (pf) {
     o = expert_outliers(pf->expert_weights.sumsq(), pf->expert_weights.per_expert());
     if (o.rms.empty())  // fewer than kMinSiblings experts: shown, not judged
       for (double s : pf->expert_weights.sumsq())
         o.rms.push_back(std::sqrt(s / double(std::max<uint64_t>(pf->expert_weights.per_expert(), 1))));
-    quiet = experts_without_gradient(pf->expert_moment.sumsq());
+    for (size_t e : experts_without_gradient(pf->expert_moment.sumsq()))
+      if (e < experts) quiet[e] = true;
   }
   const auto rms = [&](size_t e) { return e < o.rms.size() ? o.rms[e] : 0.0; };
   double most = 0;
@@ -53,14 +54,14 @@ std::string expert_chart(const ds::Param& p, uint64_t experts, const ParamFigure
                     html::axis_labels(0, pf ? most : NAN, 10).second + "</text>";
   for (size_t e = 0; e < experts; ++e) {
     const bool out = e < o.outlier.size() && o.outlier[e];
-    const bool nsvggrad = std::find(quiet.begin(), quiet.end(), e) != quiet.end();
+    const bool no_gradient = quiet[e];
     const double h = most > 0 && std::isfinite(rms(e)) ? std::max(1.0, kHeight * rms(e) / most) : 0;
     const double norm = pf ? std::sqrt(pf->expert_weights.sumsq()[e]) : 0;
     svg += "<rect x=\"" + std::to_string(kAxisLabel + e * slot) + "\" y=\"" + coord(kHeight - h, kHeight) +
            "\" width=\"" + std::to_string(std::max<size_t>(slot - 1, 2)) + "\" height=\"" + coord(h, kHeight) +
-           "\" class=\"" + html::flag(out || nsvggrad) + "\"><title>" + escape(expert_subject(p.name, e)) + ": RMS " +
-           stat_text(rms(e)) + ", L2 norm " + stat_text(norm) + "; norm-outlier " + yes_no(out) +
-           "; exp_avg_sq all zero " + yes_no(nsvggrad) + "</title></rect>";
+           "\" class=\"" + html::flag(out || no_gradient) + "\"><title>" + escape(expert_subject(p.name, e)) +
+           ": RMS " + stat_text(rms(e)) + ", L2 norm " + stat_text(norm) + "; norm-outlier " + yes_no(out) +
+           "; exp_avg_sq all zero " + yes_no(no_gradient) + "</title></rect>";
   }
   return svg + "</svg><figcaption>" + escape(p.name) + " " + pt::shape_text(p.shape) + ": RMS per expert (dim 0, " +
          std::to_string(experts) + " experts), median " + stat_text(pf ? o.median : NAN) + "; red: more than " +

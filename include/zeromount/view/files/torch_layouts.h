@@ -4,16 +4,18 @@
 // and optimizer_0/, each a DCP folder) or with neither (model.safetensors and optimizer.pt), for
 // the tag the folder's `latest` names. The folder's other real files sit beside them.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "zeromount/pt/virtual_file.h"
 #include "zeromount/view/mounted_tag.h"
-#include "zeromount/view/provider.h"
 #include "zeromount/view/tree.h"
 
 namespace zm::view {
+
+class DcpPlans;  // files/dcp_files.h
 
 struct TorchLayout {
   int fsdp_world = 0;  // fsdp-dp<W>: W (1..65536); 0: torch
