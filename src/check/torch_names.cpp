@@ -9,16 +9,11 @@
 #include <map>
 
 #include "zeromount/check/input.h"
+#include "zeromount/pt/text.h"
 
 namespace zm::check {
 
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string o = "[";
-  for (size_t k = 0; k < s.size(); ++k) o += (k ? ", " : "") + std::to_string(s[k]);
-  return o + "]";
-}
 
 // Why `named`'s numbering cannot name `unnamed`'s ids, or "" when it can.
 std::string mismatch(const Input& unnamed, const Input& named) {
@@ -36,12 +31,12 @@ std::string mismatch(const Input& unnamed, const Input& named) {
     for (size_t i = 0; i < a[g].size(); ++i) {
       const TorchParam &x = a[g][i], &y = b[g][i];
       if (!x.shape.empty() && x.shape != y.shape)
-        return x.name + " (" + group + ") has state of shape " + shape_text(x.shape) + ", the other's " + y.name +
-               " is " + shape_text(y.shape);
+        return x.name + " (" + group + ") has state of shape " + pt::shape_text(x.shape) + ", the other's " + y.name +
+               " is " + pt::shape_text(y.shape);
       const auto w = weights.find(y.name);
       if (w != weights.end() && w->second->shape != y.shape)
-        return "its own weight " + y.name + " is " + shape_text(w->second->shape) + ", the other's " +
-               shape_text(y.shape);
+        return "its own weight " + y.name + " is " + pt::shape_text(w->second->shape) + ", the other's " +
+               pt::shape_text(y.shape);
     }
   }
   return "";
@@ -71,8 +66,7 @@ bool name_torch_ids(Input& unnamed, const Input& named, std::string& said) {
     }
     it.members = r;
   }
-  for (size_t g = 0; g < named.torch_order.size(); ++g)
-    for (size_t i = 0; i < named.torch_order[g].size(); ++i) unnamed.torch_order[g][i] = named.torch_order[g][i];
+  unnamed.torch_order = named.torch_order;  // mismatch() found every group of one length
   unnamed.unnamed_ids = false;
   said = "optimizer.pt's " + std::to_string(n) +
          " ids named by the other input's module order, group by group (every shape agrees)";
